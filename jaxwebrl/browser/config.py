@@ -1,0 +1,108 @@
+"""Configuration dataclasses for the browser layer.
+
+Kept as plain frozen dataclasses (not ml_collections) so the browser layer has no dependency on the training
+stack; recipes build these from their ConfigDicts. Every field has the default the tests and benchmarks use.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+
+DEFAULT_CHROMIUM_ARGS: tuple[str, ...] = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+)
+
+TEXT_MODES = ("axtree", "html", "both", "none")
+
+
+def find_chromium() -> str | None:
+    """Chromium to launch: $JAXWEBRL_CHROMIUM, else `chromium` on PATH (Playwright's download is unavailable)."""
+    env = os.environ.get("JAXWEBRL_CHROMIUM")
+    if env:
+        return env
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """How many browsers, how many contexts each, and where they come from.
+
+    `remote_endpoints` (ws:// urls of `playwright run-server`) replace local launches when non-empty: one
+    connection per endpoint, `contexts_per_browser` contexts on each.
+    """
+
+    num_browsers: int = 1
+    contexts_per_browser: int = 8
+    executable_path: str | None = field(default_factory=find_chromium)
+    args: tuple[str, ...] = DEFAULT_CHROMIUM_ARGS
+    headless: bool = True
+    remote_endpoints: tuple[str, ...] = ()
+    launch_timeout_s: float = 30.0
+    relaunch_attempts: int = 3
+
+    def validate(self) -> None:
+        """Fail at start with a message naming the field, never mid-run."""
+        if self.num_browsers < 1:
+            raise ValueError("PoolConfig.num_browsers must be >= 1")
+        if self.contexts_per_browser < 1:
+            raise ValueError("PoolConfig.contexts_per_browser must be >= 1")
+        if not self.remote_endpoints and not self.executable_path:
+            raise ValueError(
+                "PoolConfig.executable_path: no Chromium found; install it (apt-get install chromium) "
+                "or set JAXWEBRL_CHROMIUM"
+            )
+
+    @property
+    def capacity(self) -> int:
+        n = len(self.remote_endpoints) or self.num_browsers
+        return n * self.contexts_per_browser
+
+
+@dataclass(frozen=True)
+class ObsConfig:
+    """Which observation parts to produce. `text_mode` picks the text: a11y tree, simplified HTML, both, none."""
+
+    text_mode: str = "axtree"
+    screenshot: bool = False
+    set_of_marks: bool = False
+    metadata: bool = True
+    text_budget_chars: int = 16_000
+    include_hidden: bool = False
+
+    def validate(self) -> None:
+        if self.text_mode not in TEXT_MODES:
+            raise ValueError(f"ObsConfig.text_mode must be one of {TEXT_MODES}, got {self.text_mode!r}")
+        if self.text_budget_chars < 200:
+            raise ValueError("ObsConfig.text_budget_chars must be >= 200")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Per-episode settings: action space, observation, viewport, timeouts and extra allowed origins."""
+
+    action_space: str = "webarena"
+    obs: ObsConfig = field(default_factory=ObsConfig)
+    viewport: tuple[int, int] = (1280, 720)
+    action_timeout_s: float = 5.0
+    step_timeout_s: float = 45.0
+    episode_timeout_s: float = 600.0
+    max_steps: int | None = None
+    extra_allowed_origins: tuple[str, ...] = ()
+    settle_s: float = 0.05
+
+    def validate(self) -> None:
+        from jaxwebrl.browser.actions import ACTION_SPACES
+
+        if self.action_space not in ACTION_SPACES:
+            raise ValueError(f"EnvConfig.action_space must be one of {sorted(ACTION_SPACES)}, got {self.action_space!r}")
+        self.obs.validate()
+        if self.action_timeout_s <= 0 or self.step_timeout_s <= 0 or self.episode_timeout_s <= 0:
+            raise ValueError("EnvConfig timeouts must be > 0")

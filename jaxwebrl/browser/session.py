@@ -1,0 +1,197 @@
+"""BrowserSession: one isolated browser context (own cookies/storage) seen as a list of tabs.
+
+This is the `page handle` the action executors receive. It owns the tab list (popups are added as tabs and
+become active, closed pages are removed), the element-id counter, the last snapshot (id -> frame map), the
+allowlist, and the navigation helpers that enforce it. It knows nothing of tasks or action grammars.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from playwright.async_api import BrowserContext, Locator, Page
+
+from jaxwebrl.browser.config import EnvConfig
+from jaxwebrl.browser.marking import ID_ATTR, MARK_JS, IdCounter, Snapshot, mark_page
+from jaxwebrl.browser.safety import Allowlist, dismiss_dialog, install
+
+
+class InvalidAction(Exception):
+    """An action that refers to something that does not exist (unknown id, bad tab index): a format error."""
+
+
+class BrowserSession:
+    """Tabs, element ids and safe navigation for one context. Create with `await BrowserSession.create(...)`."""
+
+    def __init__(self, context: BrowserContext, config: EnvConfig, allowlist: Allowlist) -> None:
+        self.context = context
+        self.config = config
+        self.allowlist = allowlist
+        self.blocked: list[str] = []
+        self.pages: list[Page] = []
+        self.active = 0
+        self.counter = IdCounter()
+        self.last: Snapshot | None = None
+        self.closed = False
+
+    @classmethod
+    async def create(cls, context: BrowserContext, config: EnvConfig, allowlist: Allowlist) -> "BrowserSession":
+        self = cls(context, config, allowlist)
+        context.set_default_timeout(config.action_timeout_s * 1000)
+        context.set_default_navigation_timeout(max(config.action_timeout_s, 10.0) * 1000)
+        await context.add_init_script(MARK_JS)
+        await install(context, allowlist, self.blocked)
+        context.on("page", self._on_page)
+        page = await context.new_page()
+        self._adopt(page)
+        return self
+
+    # ---- tabs -------------------------------------------------------------------------------------
+    def _adopt(self, page: Page) -> None:
+        if page in self.pages:
+            return
+        page.on("dialog", dismiss_dialog)
+        page.on("close", self._on_close)
+        page.on("download", lambda d: asyncio.ensure_future(_cancel(d)))
+        self.pages.append(page)
+
+    def _on_page(self, page: Page) -> None:
+        """A popup (target=_blank, window.open) becomes a new tab and the active one."""
+        if page in self.pages:
+            return
+        self._adopt(page)
+        self.active = len(self.pages) - 1
+
+    def _on_close(self, page: Page) -> None:
+        if page in self.pages:
+            idx = self.pages.index(page)
+            self.pages.remove(page)
+            if self.active >= idx and self.active > 0:
+                self.active -= 1
+
+    @property
+    def page(self) -> Page:
+        if not self.pages:
+            raise InvalidAction("no open tab")
+        self.active = min(self.active, len(self.pages) - 1)
+        return self.pages[self.active]
+
+    async def ensure_page(self) -> Page:
+        """Always leave at least one tab open (closing the last tab opens about:blank)."""
+        if not self.pages:
+            page = await self.context.new_page()
+            self._adopt(page)
+            self.active = 0
+        return self.page
+
+    async def new_tab(self, url: str | None = None) -> Page:
+        page = await self.context.new_page()
+        self._adopt(page)
+        self.active = self.pages.index(page)
+        if url:
+            await self.goto(url)
+        return page
+
+    async def switch_tab(self, index: int) -> Page:
+        if not 0 <= index < len(self.pages):
+            raise InvalidAction(f"tab index {index} out of range (open tabs: {len(self.pages)})")
+        self.active = index
+        await self.page.bring_to_front()
+        return self.page
+
+    async def close_tab(self) -> None:
+        page = self.page
+        await page.close()
+        if page in self.pages:
+            self._on_close(page)
+        await self.ensure_page()
+
+    def tabs(self) -> list[dict[str, Any]]:
+        return [{"index": i, "url": p.url, "active": i == self.active} for i, p in enumerate(self.pages)]
+
+    async def tab_titles(self) -> list[str]:
+        out = []
+        for p in self.pages:
+            try:
+                out.append(await asyncio.wait_for(p.title(), 2.0))
+            except Exception:
+                out.append("")
+        return out
+
+    # ---- navigation -------------------------------------------------------------------------------
+    async def goto(self, url: str) -> None:
+        """Navigate the active tab; raises PermissionError for urls outside the allowlist."""
+        if not self.allowlist.allows(url):
+            raise PermissionError(self.allowlist.why_refused(url))
+        await self.page.goto(url, wait_until="load")
+
+    async def settle(self) -> None:
+        """Let the page react (navigation commit, handlers) before observing."""
+        page = self.page
+        try:
+            await page.wait_for_load_state("load", timeout=self.config.action_timeout_s * 1000)
+        except Exception:
+            pass
+        if self.config.settle_s > 0:
+            await asyncio.sleep(self.config.settle_s)
+
+    # ---- elements ---------------------------------------------------------------------------------
+    async def snapshot(self) -> Snapshot:
+        self.last = await mark_page(self.page, self.counter)
+        return self.last
+
+    async def locate(self, eid: str) -> Locator:
+        """Locator for element `eid` in the frame that reported it; searches all frames if it is new."""
+        eid = str(eid).strip()
+        if not eid.isdigit():
+            raise InvalidAction(f"element id {eid!r} is not a number")
+        selector = f'[{ID_ATTR}="{eid}"]'
+        frame = self.last.frames.get(eid) if self.last else None
+        candidates = [frame] if frame is not None and not frame.is_detached() else []
+        candidates += [f for f in self.page.frames if f not in candidates]
+        for f in candidates:
+            try:
+                loc = f.locator(selector)
+                if await loc.count() > 0:
+                    return loc.first
+            except Exception:
+                continue
+        raise InvalidAction(f"element id [{eid}] not found on the current page")
+
+    async def describe_at(self, x: float, y: float) -> dict[str, Any] | None:
+        try:
+            return await self.page.evaluate(
+                "([x, y]) => window.__jaxwebrl ? window.__jaxwebrl.describeAt(x, y) : null", [x, y]
+            )
+        except Exception:
+            return None
+
+    async def focused_info(self) -> dict[str, Any] | None:
+        try:
+            return await self.page.evaluate("() => window.__jaxwebrl ? window.__jaxwebrl.focusedInfo() : null")
+        except Exception:
+            return None
+
+    async def scroll_position(self) -> tuple[float, float]:
+        try:
+            x, y = await self.page.evaluate("() => [window.scrollX, window.scrollY]")
+            return float(x), float(y)
+        except Exception:
+            return (0.0, 0.0)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await asyncio.wait_for(self.context.close(), 10.0)
+        except Exception:
+            pass
+
+
+async def _cancel(download: Any) -> None:
+    try:
+        await download.cancel()
+    except Exception:
+        pass

@@ -1,0 +1,278 @@
+"""The causal decoder of the Llama / Qwen2 / Qwen3 family, as an NNX module over a pure forward function.
+
+Parameters are a nested dict of arrays with every layer stacked on a leading `layers` axis, so the same
+params run with `jax.lax.scan` (compile time flat in depth) or unrolled, and map one-to-one onto
+HuggingFace tensors. `forward` is a pure function so the trainer and the sampler jit exactly the same
+math; `Decoder` is the NNX face of it (params as `nnx.Param` with their logical axis names).
+
+Masking: `segment_ids` (0 = padding) make packed sequences attend only within their segment, causally by
+index. With a KV cache, keys and values are written at cache index = position, and a query at position p
+attends cache entries 0..p, so each batch row (sampler slot) advances independently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxwebrl.models.config import ModelConfig
+from jaxwebrl.models.rope import apply_rope, inverse_frequencies
+from jaxwebrl.sharding import constrain
+
+Params = dict[str, Any]
+KVCache = dict[str, jax.Array]  # {"k": [L, B, S, KVH, hd], "v": same}
+
+_NEG_INF = -0.7 * float(np.finfo(np.float32).max)  # finite, so fully masked (padding) rows stay NaN-free
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+    shape: tuple[int, ...]
+    axes: tuple[str, ...]  # logical axis names, mapped to mesh axes by jaxwebrl.sharding.RULES
+    init: str  # "normal" | "ones" | "zeros"
+
+
+def param_specs(cfg: ModelConfig) -> dict[str, Any]:
+    """Shape, logical axes and initialiser of every parameter, nested like the params."""
+    L, D, F, V = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    H, K, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    layers: dict[str, ParamSpec] = {
+        "attn_norm": ParamSpec((L, D), ("layers", "norm"), "ones"),
+        "wq": ParamSpec((L, D, H, hd), ("layers", "embed", "heads", "head_dim"), "normal"),
+        "wk": ParamSpec((L, D, K, hd), ("layers", "embed", "kv_heads", "head_dim"), "normal"),
+        "wv": ParamSpec((L, D, K, hd), ("layers", "embed", "kv_heads", "head_dim"), "normal"),
+        "wo": ParamSpec((L, H, hd, D), ("layers", "heads", "head_dim", "embed"), "normal"),
+        "mlp_norm": ParamSpec((L, D), ("layers", "norm"), "ones"),
+        "w_gate": ParamSpec((L, D, F), ("layers", "embed", "mlp"), "normal"),
+        "w_up": ParamSpec((L, D, F), ("layers", "embed", "mlp"), "normal"),
+        "w_down": ParamSpec((L, F, D), ("layers", "mlp", "embed"), "normal"),
+    }
+    if cfg.attention_bias:
+        layers["bq"] = ParamSpec((L, H, hd), ("layers", "heads", "head_dim"), "zeros")
+        layers["bk"] = ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim"), "zeros")
+        layers["bv"] = ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim"), "zeros")
+    if cfg.o_bias:
+        layers["bo"] = ParamSpec((L, D), ("layers", "norm"), "zeros")
+    if cfg.qk_norm:
+        layers["q_norm"] = ParamSpec((L, hd), ("layers", "head_dim"), "ones")
+        layers["k_norm"] = ParamSpec((L, hd), ("layers", "head_dim"), "ones")
+    specs: dict[str, Any] = {
+        "embed": ParamSpec((V, D), ("vocab", "embed"), "normal"),
+        "layers": layers,
+        "final_norm": ParamSpec((D,), ("norm",), "ones"),
+    }
+    if not cfg.tie_word_embeddings:
+        specs["lm_head"] = ParamSpec((D, V), ("embed", "vocab"), "normal")
+    return specs
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, ParamSpec)
+
+
+def logical_axes(cfg: ModelConfig) -> dict[str, Any]:
+    """Logical axis names of every parameter, nested like the params."""
+    return jax.tree.map(lambda s: s.axes, param_specs(cfg), is_leaf=_is_spec)
+
+
+def abstract_params(cfg: ModelConfig) -> dict[str, Any]:
+    """ShapeDtypeStructs of the params: for ahead-of-time lowering without allocating weights."""
+    dtype = jnp.dtype(cfg.param_dtype)
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), param_specs(cfg), is_leaf=_is_spec)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array, std: float = 0.02) -> Params:
+    """Random params (normal(0, std) matrices, unit norms, zero biases) in cfg.param_dtype."""
+    specs = param_specs(cfg)
+    flat, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
+    keys = jax.random.split(key, len(flat))
+    dtype = jnp.dtype(cfg.param_dtype)
+
+    def make(spec: ParamSpec, k: jax.Array) -> jax.Array:
+        if spec.init == "ones":
+            return jnp.ones(spec.shape, dtype)
+        if spec.init == "zeros":
+            return jnp.zeros(spec.shape, dtype)
+        return (std * jax.random.normal(k, spec.shape, jnp.float32)).astype(dtype)
+
+    return jax.tree.unflatten(treedef, [make(s, k) for s, k in zip(flat, keys)])
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: str | None = None) -> KVCache:
+    """An empty KV cache for `batch` rows of up to `max_len` positions."""
+    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    dt = jnp.dtype(dtype or cfg.dtype)
+    return {"k": jnp.zeros(shape, dt), "v": jnp.zeros(shape, dt)}
+
+
+CACHE_AXES = ("layers", "cache_batch", "cache_length", "kv_heads", "head_dim")
+
+
+# ---- the math ------------------------------------------------------------------------------------
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    xf = x.astype(jnp.float32)
+    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (xf * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def _attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, num_kv_heads: int
+) -> jax.Array:
+    """GQA attention. q [B,T,H,hd], k/v [B,S,K,hd], mask bool [B,T,S] -> [B,T,H,hd]; softmax in fp32."""
+    B, T, H, hd = q.shape
+    q = q.reshape(B, T, num_kv_heads, H // num_kv_heads, hd)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (hd**-0.5)
+    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(B, T, H, hd)
+
+
+def _layer(
+    cfg: ModelConfig,
+    p: Params,
+    x: jax.Array,
+    positions: jax.Array,
+    mask: jax.Array,
+    inv_freq: np.ndarray,
+    cache: KVCache | None,
+) -> tuple[jax.Array, KVCache | None]:
+    """One pre-norm block: x + attn(norm(x)), then + SwiGLU(norm(x)). p holds this layer's slices."""
+    dt = x.dtype
+    h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
+    q = jnp.einsum("btd,dhk->bthk", h, p["wq"].astype(dt))
+    k = jnp.einsum("btd,dhk->bthk", h, p["wk"].astype(dt))
+    v = jnp.einsum("btd,dhk->bthk", h, p["wv"].astype(dt))
+    if cfg.attention_bias:
+        q, k, v = q + p["bq"].astype(dt), k + p["bk"].astype(dt), v + p["bv"].astype(dt)
+    if cfg.qk_norm:
+        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
+        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+    q = constrain(apply_rope(q, positions, inv_freq), ("activation_batch", "activation_length", "activation_heads", None))
+    k = apply_rope(k, positions, inv_freq)
+    if cache is not None:  # write this step's k/v at their positions, attend over the whole cache
+        rows = jnp.arange(x.shape[0])[:, None]
+        cache = {
+            "k": cache["k"].at[rows, positions].set(k.astype(cache["k"].dtype)),
+            "v": cache["v"].at[rows, positions].set(v.astype(cache["v"].dtype)),
+        }
+        k, v = cache["k"].astype(dt), cache["v"].astype(dt)
+    attn = _attention(q, k, v, mask, cfg.num_kv_heads)
+    out = jnp.einsum("bthk,hkd->btd", attn, p["wo"].astype(dt))
+    if cfg.o_bias:
+        out = out + p["bo"].astype(dt)
+    x = constrain(x + out, ("activation_batch", "activation_length", "activation_embed"))
+    h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
+    gate = jnp.einsum("btd,df->btf", h, p["w_gate"].astype(dt))
+    up = jnp.einsum("btd,df->btf", h, p["w_up"].astype(dt))
+    act = constrain(jax.nn.silu(gate) * up, ("activation_batch", "activation_length", "activation_mlp"))
+    x = x + jnp.einsum("btf,fd->btd", act, p["w_down"].astype(dt))
+    return constrain(x, ("activation_batch", "activation_length", "activation_embed")), cache
+
+
+def attention_mask(
+    positions: jax.Array, segment_ids: jax.Array | None, cache_len: int | None
+) -> jax.Array:
+    """bool[B, T, S]. Without a cache: causal by index within equal non-zero segments. With: key <= pos."""
+    B, T = positions.shape
+    if cache_len is not None:
+        return jnp.arange(cache_len)[None, None, :] <= positions[:, :, None]
+    causal = jnp.tril(jnp.ones((T, T), dtype=bool))[None]
+    if segment_ids is None:
+        return jnp.broadcast_to(causal, (B, T, T))
+    same = (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, None, :] != 0)
+    return causal & same
+
+
+def hidden_states(
+    cfg: ModelConfig,
+    params: Params,
+    tokens: jax.Array,
+    positions: jax.Array,
+    segment_ids: jax.Array | None = None,
+    cache: KVCache | None = None,
+) -> tuple[jax.Array, KVCache | None]:
+    """Final normed hidden states [B, T, D] (and the updated cache)."""
+    dt = jnp.dtype(cfg.dtype)
+    x = jnp.take(params["embed"], tokens, axis=0).astype(dt)
+    x = constrain(x, ("activation_batch", "activation_length", "activation_embed"))
+    mask = attention_mask(positions, segment_ids, None if cache is None else cache["k"].shape[2])
+    inv_freq = inverse_frequencies(cfg)
+
+    def body(carry: jax.Array, layer: tuple[Params, KVCache | None]) -> tuple[jax.Array, KVCache | None]:
+        p, c = layer
+        return _layer(cfg, p, carry, positions, mask, inv_freq, c)
+
+    if cfg.remat:
+        body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]
+    layers = (params["layers"], cache)
+    if cfg.scan_layers:
+        x, new_cache = jax.lax.scan(body, x, layers)
+    else:
+        outs = []
+        for i in range(cfg.num_layers):
+            x, c = body(x, jax.tree.map(lambda a: a[i], layers))
+            outs.append(c)
+        new_cache = None if cache is None else jax.tree.map(lambda *a: jnp.stack(a), *outs)
+    return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), new_cache
+
+
+def lm_head(cfg: ModelConfig, params: Params) -> jax.Array:
+    """Output projection [D, V] (the transposed embedding when tied)."""
+    return params["embed"].T if cfg.tie_word_embeddings else params["lm_head"]
+
+
+def forward(
+    cfg: ModelConfig,
+    params: Params,
+    tokens: jax.Array,
+    positions: jax.Array,
+    segment_ids: jax.Array | None = None,
+    cache: KVCache | None = None,
+) -> tuple[jax.Array, KVCache | None]:
+    """Logits float32[B, T, V] for tokens int32[B, T] at positions int32[B, T]; see the module doc."""
+    h, new_cache = hidden_states(cfg, params, tokens, positions, segment_ids, cache)
+    logits = jnp.einsum("btd,dv->btv", h, lm_head(cfg, params).astype(h.dtype), preferred_element_type=jnp.float32)
+    return constrain(logits, ("activation_batch", "activation_length", "activation_vocab")), new_cache
+
+
+def positions_from_mask(mask: jax.Array) -> jax.Array:
+    """Positions 0.. counted over real tokens (left or right padding alike); pads get 0."""
+    mask = mask.astype(jnp.int32)
+    return jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0) * mask
+
+
+class Decoder(nnx.Module):
+    """NNX module holding the params as `nnx.Param`s annotated with `logical_axes`."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, params: Params | None = None):
+        self.cfg = cfg
+        values = params if params is not None else init_params(cfg, rngs.params())
+        axes = logical_axes(cfg)
+        self.params = nnx.data(
+            jax.tree.map(lambda v, a: nnx.Param(v, logical_axes=a), values, axes, is_leaf=lambda x: isinstance(x, tuple))
+        )
+
+    def param_dict(self) -> Params:
+        """The plain nested dict of arrays that `forward`, the trainer and the checkpointer use."""
+        return jax.tree.map(lambda p: p[...], self.params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        segment_ids: jax.Array | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[jax.Array, KVCache | None]:
+        return forward(self.cfg, self.param_dict(), tokens, positions, segment_ids, cache)
+
+
+
