@@ -1,0 +1,175 @@
+"""Trajectory records: what a rollout (or a demonstration set) hands to training.
+
+A `Trajectory` is one episode of one task: alternating observations (never trained) and model responses
+(trained). Following DESIGN.md principle 1 the response token ids are exactly what the engine sampled and
+`response_logprobs` are the engine's; we never decode and re-encode them.
+
+Schema (JSONL: one `Trajectory.to_dict()` per line; ArrayRecord: the same JSON, utf-8, one per record):
+
+Trajectory
+  task_id            str    the task (all trajectories of a GRPO group share it)
+  group_id           str    the rollout group (task_id + round); advantages are normalised within it
+  turns              list[Turn]
+  reward             float  trajectory reward (binary success, or OpenWebRL's +1/0/-1)
+  termination        str    why the episode ended: done | max_steps | generation_length | format_error |
+                            env_step_error | sandbox_failure | init_failure | judge_error | timeout | other
+  policy_version     int    the trainer step whose weights produced the responses (staleness metric)
+  advantage          float | None   filled by `train.advantages.assign_group_advantages`
+  metadata           dict   free-form (instruction text, difficulty, judge output, ...)
+Turn
+  prompt_ids         list[int]  the exact context the engine saw at this turn (per-turn samples use it)
+  response_ids       list[int]  the sampled tokens (trained)
+  response_logprobs  list[float] | None  engine logprobs of response_ids (None: recompute in the trainer)
+  response_mask      list[int] | None   per response token 0/1 (None = all 1); 0 marks tokens hit by a
+                                        judge timeout / infrastructure failure, or dropped by a filter
+  history_ids        list[int] | None   the tokens this turn adds *before its response* to the trajectory-
+                                        level sequence (WebAgent-R1: the compressed "** Simplified html **"
+                                        form of this turn's observation as later turns saw it). None: derived
+                                        from append-only prompts (prompt_j = prompt_{j-1} + response_{j-1} + new)
+  observation        str    observation text (or a caption / hash for screenshots)
+  action             str    the parsed action text
+  observation_digest str | None  hash of the observation (screenshot bytes); WebGym's repetition filter
+                                 compares consecutive digests (falls back to `observation`)
+  format_ok          bool   the response parsed (OpenWebRL format gate, BrowserAgent malformed filter)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+TERMINATIONS = (
+    "done", "max_steps", "generation_length", "format_error", "env_step_error", "sandbox_failure",
+    "init_failure", "judge_error", "timeout", "other",
+)
+
+
+@dataclass
+class Turn:
+    """One model call: its context, its sampled response and what the environment made of it."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float] | None = None
+    response_mask: list[int] | None = None
+    history_ids: list[int] | None = None
+    observation: str = ""
+    action: str = ""
+    observation_digest: str | None = None
+    format_ok: bool = True
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        if self.response_logprobs is not None and len(self.response_logprobs) != n:
+            raise ValueError(f"response_logprobs has {len(self.response_logprobs)} entries for {n} response tokens")
+        if self.response_mask is not None and len(self.response_mask) != n:
+            raise ValueError(f"response_mask has {len(self.response_mask)} entries for {n} response tokens")
+
+    @property
+    def mask(self) -> list[int]:
+        return list(self.response_mask) if self.response_mask is not None else [1] * len(self.response_ids)
+
+    @property
+    def num_trained(self) -> int:
+        return int(sum(self.mask))
+
+
+@dataclass
+class Trajectory:
+    """One episode; see the module docstring for every field."""
+
+    task_id: str
+    turns: list[Turn]
+    reward: float = 0.0
+    group_id: str = ""
+    termination: str = "done"
+    policy_version: int = 0
+    advantage: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            self.group_id = self.task_id
+        if self.termination not in TERMINATIONS:
+            raise ValueError(f"termination {self.termination!r} is not one of {TERMINATIONS}")
+
+    @property
+    def num_trained_turns(self) -> int:
+        return sum(1 for t in self.turns if t.num_trained > 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        d = dict(d)
+        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str | bytes) -> "Trajectory":
+        return cls.from_dict(json.loads(line))
+
+
+# ---- files ----------------------------------------------------------------------------------------
+
+
+def write_jsonl(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> int:
+    """Write one JSON trajectory per line; returns the count."""
+    n = 0
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for t in trajectories:
+            f.write(t.to_json() + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                yield Trajectory.from_json(line)
+
+
+def write_array_record(path: str | os.PathLike[str], records: Iterable[Trajectory | dict[str, Any]]) -> int:
+    """ArrayRecord file of JSON records (for sets too large to load at once; Grain reads it lazily)."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    writer = ArrayRecordWriter(str(path), "group_size:1")
+    n = 0
+    for r in records:
+        payload = r.to_json() if isinstance(r, Trajectory) else json.dumps(r, separators=(",", ":"))
+        writer.write(payload.encode())
+        n += 1
+    writer.close()
+    return n
+
+
+def read_array_record(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    reader = ArrayRecordReader(str(path))
+    try:
+        for i in range(reader.num_records()):
+            yield Trajectory.from_json(reader.read([i])[0])
+    finally:
+        reader.close()
+
+
+def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
+    """Read a .jsonl or .array_record file by extension."""
+    p = str(path)
+    if p.endswith(".jsonl") or p.endswith(".json"):
+        return list(read_jsonl(p))
+    if "array_record" in p or p.endswith(".arrayrecord"):
+        return list(read_array_record(p))
+    raise ValueError(f"{p}: unknown record format; use .jsonl or .array_record")

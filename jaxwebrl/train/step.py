@@ -1,0 +1,241 @@
+"""The compiled train step: sharded state, micro-batch accumulation, one optimizer update.
+
+A batch is a dict of arrays shaped [accum_steps, micro_batch, T] (see `BATCH_KEYS`), sharded with the
+micro-batch dimension over (data, fsdp). The step scans over micro-batches summing each one's loss
+gradient, then divides once by the batch's total normalisation denominator (a data quantity, summed up
+front), so accumulating k micro-batches is the same computation as one big batch. State is donated.
+
+Logprobs are computed from the final hidden states in length chunks under `jax.checkpoint`, so the
+[B, T, V] float32 logits of a 150k-vocabulary model are never all live at once (`logits_chunk`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding
+
+from jaxwebrl.models import ModelConfig, abstract_params, hidden_states, lm_head, logical_axes
+from jaxwebrl.models.logprobs import entropy as entropy_fn
+from jaxwebrl.models.logprobs import token_logprobs
+from jaxwebrl.sharding import logical_to_spec, optimizer_state_shardings, replicated, tree_shardings
+from jaxwebrl.train.losses import LossConfig, get_loss
+
+# Per-token inputs of the step. All token-aligned: entry t describes tokens[t].
+BATCH_KEYS: dict[str, Any] = {
+    "tokens": jnp.int32,
+    "positions": jnp.int32,
+    "segment_ids": jnp.int32,
+    "loss_mask": jnp.int32,
+    "advantages": jnp.float32,
+    "old_logprobs": jnp.float32,
+    "norm_weight": jnp.float32,
+    "norm_denom": jnp.float32,
+}
+REF_KEY = "ref_logprobs"
+
+State = dict[str, Any]  # {"params", "opt_state", "step": int32[], "rng": uint32[2]}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+    """Static description of a compiled step (hashable)."""
+
+    model: ModelConfig
+    loss: LossConfig
+    logits_chunk: int = 0  # 0: whole sequence at once
+    with_entropy: bool = True
+
+
+# ---- logprobs ----------------------------------------------------------------------------------
+
+
+def next_token_logprobs(
+    cfg: StepConfig, params: Any, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array,
+) -> tuple[jax.Array, jax.Array | None]:
+    """lp[b, t] = log pi(tokens[b, t+1] | tokens[b, :t+1]) (last column is junk, masked), and entropy."""
+    mc = cfg.model
+    h, _ = hidden_states(mc, params, tokens, positions, segment_ids)
+    w = lm_head(mc, params).astype(h.dtype)
+    targets = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+    B, T, D = h.shape
+    chunk = cfg.logits_chunk if cfg.logits_chunk and T % cfg.logits_chunk == 0 else T
+
+    def one(hc: jax.Array, tc: jax.Array) -> tuple[jax.Array, jax.Array]:
+        logits = jnp.einsum("btd,dv->btv", hc, w, preferred_element_type=jnp.float32)
+        ent = entropy_fn(logits) if cfg.with_entropy else jnp.zeros(tc.shape, jnp.float32)
+        return token_logprobs(logits, tc), jax.lax.stop_gradient(ent)
+
+    if chunk == T:
+        lp, ent = one(h, targets)
+    else:
+        n = T // chunk
+        hs = h.reshape(B, n, chunk, D).swapaxes(0, 1)
+        ts = targets.reshape(B, n, chunk).swapaxes(0, 1)
+        body = jax.checkpoint(lambda c, x: (c, one(*x)))
+        _, (lp, ent) = jax.lax.scan(body, None, (hs, ts))
+        lp, ent = lp.swapaxes(0, 1).reshape(B, T), ent.swapaxes(0, 1).reshape(B, T)
+    return lp, (ent if cfg.with_entropy else None)
+
+
+def _shift(x: jax.Array) -> jax.Array:
+    """Token-aligned [.., T] -> prediction-aligned: entry t describes tokens[t+1]; last entry 0."""
+    return jnp.concatenate([x[..., 1:], jnp.zeros_like(x[..., :1])], axis=-1)
+
+
+def _unshift(x: jax.Array) -> jax.Array:
+    """Prediction-aligned -> token-aligned (entry 0 = 0)."""
+    return jnp.concatenate([jnp.zeros_like(x[..., :1]), x[..., :-1]], axis=-1)
+
+
+def micro_loss(cfg: StepConfig, params: Any, micro: dict[str, jax.Array]) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
+    """(loss_sum, (denominator, metric_sums)) of one micro-batch [mb, T]."""
+    lp, ent = next_token_logprobs(cfg, params, micro["tokens"], micro["positions"], micro["segment_ids"])
+    aligned = {k: _shift(v) for k, v in micro.items() if k not in ("tokens", "positions", "segment_ids")}
+    if ent is not None:
+        aligned["entropy"] = ent
+    loss_sum, denom, sums = get_loss(cfg.loss.kind)(cfg.loss, lp, aligned)
+    return loss_sum, (denom, sums)
+
+
+# ---- shardings -------------------------------------------------------------------------------------
+
+
+def batch_spec_sharding(mesh: Mesh) -> NamedSharding:
+    """[accum, micro_batch, T]: micro-batch rows over data x fsdp."""
+    return NamedSharding(mesh, logical_to_spec((None, "activation_batch", None)))
+
+
+def param_shardings(model: ModelConfig, mesh: Mesh) -> Any:
+    return tree_shardings(abstract_params(model), logical_axes(model), mesh)
+
+
+def state_shardings(model: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh) -> State:
+    abs_p = abstract_params(model)
+    p_sh = tree_shardings(abs_p, logical_axes(model), mesh)
+    o_sh = optimizer_state_shardings(jax.eval_shape(tx.init, abs_p), abs_p, p_sh, mesh)
+    rep = replicated(mesh)
+    return {"params": p_sh, "opt_state": o_sh, "step": rep, "rng": rep}
+
+
+def abstract_state(model: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh) -> State:
+    """ShapeDtypeStructs (with shardings) of the whole train state; nothing is allocated."""
+    abs_p = abstract_params(model)
+    shapes = {
+        "params": abs_p, "opt_state": jax.eval_shape(tx.init, abs_p),
+        "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
+    }
+    sh = state_shardings(model, tx, mesh)
+    return jax.tree.map(lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h), shapes, sh)
+
+
+def abstract_batch(mesh: Mesh, accum: int, micro_batch: int, seq_len: int, with_ref: bool) -> dict[str, jax.ShapeDtypeStruct]:
+    sh = batch_spec_sharding(mesh)
+    keys = dict(BATCH_KEYS)
+    if with_ref:
+        keys[REF_KEY] = jnp.float32
+    return {k: jax.ShapeDtypeStruct((accum, micro_batch, seq_len), dt, sharding=sh) for k, dt in keys.items()}
+
+
+def init_state(params: Any, tx: optax.GradientTransformation, mesh: Mesh, model: ModelConfig, seed: int = 0) -> State:
+    """Train state on the mesh: params placed with their shardings, optimizer state created sharded."""
+    sh = state_shardings(model, tx, mesh)
+    params = jax.device_put(params, sh["params"])
+    opt_state = jax.jit(tx.init, out_shardings=sh["opt_state"])(params)
+    rng = jax.device_put(np.asarray(jax.random.key_data(jax.random.key(seed))), sh["rng"])
+    step = jax.device_put(np.zeros((), np.int32), sh["step"])
+    return {"params": params, "opt_state": opt_state, "step": step, "rng": rng}
+
+
+# ---- the step ---------------------------------------------------------------------------------------
+
+
+def _metrics(loss_sum: jax.Array, denom: jax.Array, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    n = jnp.maximum(sums["tokens"], 1.0)
+    d = jnp.maximum(denom, 1e-12)
+    out = {"loss": loss_sum / d, "tokens": sums["tokens"], "denominator": denom}
+    for k, v in sums.items():
+        if k in ("pg_loss", "kl_loss"):
+            out[k] = v / d
+        elif k != "tokens":
+            out[k] = v / n
+    return out
+
+
+def grads_and_metrics(cfg: StepConfig, params: Any, batch: dict[str, jax.Array]) -> tuple[Any, dict[str, jax.Array]]:
+    """Normalised gradient of the batch loss [accum, mb, T], accumulated over the leading axis."""
+    denom = batch["norm_denom"].astype(jnp.float32).sum()
+    grad_fn = jax.value_and_grad(lambda p, m: micro_loss(cfg, p, m), has_aux=True)
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+
+    def body(carry: tuple[Any, jax.Array, dict[str, jax.Array]], micro: dict[str, jax.Array]) -> tuple[Any, None]:
+        g_acc, l_acc, s_acc = carry
+        (loss_sum, (_, sums)), g = grad_fn(params, micro)
+        g_acc = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
+        s_acc = {k: s_acc[k] + sums[k] for k in s_acc}
+        return (g_acc, l_acc + loss_sum, s_acc), None
+
+    sums0 = jax.eval_shape(lambda: micro_loss(cfg, params, jax.tree.map(lambda x: x[0], batch))[1][1])
+    sums0 = {k: jnp.zeros((), jnp.float32) for k in sums0}
+    (g, loss_sum, sums), _ = jax.lax.scan(body, (zeros, jnp.zeros((), jnp.float32), sums0), batch)
+    scale = 1.0 / jnp.maximum(denom, 1e-12)
+    g = jax.tree.map(lambda x: x * scale, g)
+    return g, _metrics(loss_sum, denom, sums)
+
+
+def train_step(cfg: StepConfig, tx: optax.GradientTransformation, schedule: optax.Schedule | None,
+               state: State, batch: dict[str, jax.Array]) -> tuple[State, dict[str, jax.Array]]:
+    grads, metrics = grads_and_metrics(cfg, state["params"], batch)
+    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state["params"])
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    metrics["grad_norm"] = optax.global_norm(grads)
+    metrics["update_norm"] = optax.global_norm(updates)
+    if schedule is not None:
+        metrics["lr"] = jnp.asarray(schedule(state["step"]), jnp.float32)
+    new = {"params": params, "opt_state": opt_state, "step": state["step"] + 1, "rng": state["rng"]}
+    return new, metrics
+
+
+def make_train_step(cfg: StepConfig, tx: optax.GradientTransformation, mesh: Mesh,
+                    schedule: optax.Schedule | None = None) -> Callable[[State, dict[str, jax.Array]], tuple[State, dict[str, jax.Array]]]:
+    """jit with explicit shardings: state as `state_shardings`, batch rows over data x fsdp, metrics
+    replicated; the input state is donated."""
+    s_sh = state_shardings(cfg.model, tx, mesh)
+    b_sh = batch_spec_sharding(mesh)
+    rep = replicated(mesh)
+    fn = lambda state, batch: train_step(cfg, tx, schedule, state, batch)  # noqa: E731
+    return jax.jit(fn, in_shardings=(s_sh, b_sh), out_shardings=(s_sh, rep), donate_argnums=(0,))
+
+
+def make_score_fn(cfg: StepConfig, mesh: Mesh) -> Callable[[Any, dict[str, jax.Array]], jax.Array]:
+    """Token-aligned logprobs [accum, mb, T] of a batch under `params` (old-policy or reference scoring);
+    params sharded like the policy (a frozen reference model uses the same shardings)."""
+    p_sh = param_shardings(cfg.model, mesh)
+    b_sh = batch_spec_sharding(mesh)
+    nocfg = dataclasses.replace(cfg, with_entropy=False)
+
+    def score(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        def one(_: None, m: dict[str, jax.Array]) -> tuple[None, jax.Array]:
+            lp, _ = next_token_logprobs(nocfg, params, m["tokens"], m["positions"], m["segment_ids"])
+            return None, _unshift(lp)
+
+        sub = {k: batch[k] for k in ("tokens", "positions", "segment_ids")}
+        return jax.lax.scan(one, None, sub)[1]
+
+    return jax.jit(score, in_shardings=(p_sh, b_sh), out_shardings=b_sh)
+
+
+def lower_train_step(cfg: StepConfig, tx: optax.GradientTransformation, mesh: Mesh, accum: int, micro_batch: int,
+                     seq_len: int, schedule: optax.Schedule | None = None) -> Any:
+    """Lower and compile the step against abstract state and batch (no weights allocated)."""
+    step = make_train_step(cfg, tx, mesh, schedule)
+    with jax.set_mesh(mesh):
+        lowered = step.lower(abstract_state(cfg.model, tx, mesh),
+                             abstract_batch(mesh, accum, micro_batch, seq_len, cfg.loss.needs_reference))
+        return lowered.compile()

@@ -1,0 +1,135 @@
+"""Losses, normalisation modes and advantages against values worked out by hand."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwebrl.data.records import Trajectory, Turn
+from jaxwebrl.data.samples import build_samples
+from jaxwebrl.train.losses import LossConfig, grpo_loss, kl_penalty, sft_loss
+
+
+def _t(**kw):
+    return {k: jnp.asarray(v, jnp.float32) for k, v in kw.items()}
+
+
+def test_sft_weighted_nll():
+    lp = jnp.asarray([-1.0, -2.0, -0.5, -3.0])
+    t = _t(loss_mask=[1, 1, 0, 1], advantages=[1, 1, 1, 0.5], norm_weight=[1, 1, 1, 1], norm_denom=[1, 1, 0, 1])
+    loss_sum, denom, sums = sft_loss(LossConfig(kind="sft"), lp, t)
+    # 1*1 + 1*2 + (masked) + 0.5*3 = 4.5 over 3 tokens
+    assert float(loss_sum) == pytest.approx(4.5)
+    assert float(denom) == 3.0
+    assert float(sums["nll"]) == pytest.approx(6.0)
+
+
+def test_grpo_asymmetric_clip():
+    old = [-1.0, -1.0, -1.0, -1.0]
+    lp = jnp.asarray([-1.0, -0.5, -2.0, -1.2])
+    t = _t(loss_mask=[1, 1, 1, 1], advantages=[1, 1, -1, -1], old_logprobs=old, norm_weight=[1] * 4, norm_denom=[1] * 4)
+    cfg = LossConfig(kind="grpo", eps_low=0.2, eps_high=0.28)
+    loss_sum, denom, sums = grpo_loss(cfg, lp, t)
+    # tok0 r=1 -> obj 1; tok1 r=e^.5=1.6487>1.28 -> obj 1.28 (clipped);
+    # tok2 r=e^-1=.3679, A=-1: min(-.3679, -.8) = -.8 (clipped); tok3 r=e^-.2=.8187 in range -> -.8187
+    expected = -(1.0 + 1.28 - 0.8 - math.exp(-0.2))
+    assert float(loss_sum) == pytest.approx(expected, rel=1e-6)
+    assert float(denom) == 4.0
+    assert float(sums["clip_frac"]) == 2.0
+    # approx KL(old||new) k3 = sum exp(d) - 1 - d with d = lp - old
+    d = [0.0, 0.5, -1.0, -0.2]
+    assert float(sums["approx_kl"]) == pytest.approx(sum(math.exp(x) - 1 - x for x in d), rel=1e-6)
+
+
+def test_grpo_dual_clip_and_symmetric():
+    lp = jnp.asarray([-1.0 + 1.5, -1.0 + 1.5])
+    t = _t(loss_mask=[1, 1], advantages=[-1.0, 1.0], old_logprobs=[-1.0, -1.0], norm_weight=[1, 1], norm_denom=[1, 1])
+    # r = e^1.5 = 4.4817. A=-1: min(-4.48, -1.2) = -4.48; dual clip c=3 -> max(-4.48, -3) = -3.
+    # A=+1: min(4.48, 1.2) = 1.2.
+    loss_sum, _, sums = grpo_loss(LossConfig(kind="grpo", eps_low=0.2, eps_high=0.2, dual_clip=3.0), lp, t)
+    assert float(loss_sum) == pytest.approx(-(-3.0 + 1.2), rel=1e-6)
+    assert float(sums["dual_clip_frac"]) == 1.0
+    loss_sum, _, _ = grpo_loss(LossConfig(kind="grpo", eps_low=0.2, eps_high=0.2), lp, t)
+    assert float(loss_sum) == pytest.approx(-(-math.exp(1.5) + 1.2), rel=1e-6)
+
+
+@pytest.mark.parametrize("est", ["k1", "k2", "k3"])
+def test_grpo_kl_estimators(est):
+    lp = jnp.asarray([-1.0, -2.0])
+    ref = [-1.5, -1.0]
+    t = _t(loss_mask=[1, 1], advantages=[0.0, 0.0], old_logprobs=[-1.0, -2.0], ref_logprobs=ref,
+           norm_weight=[1, 1], norm_denom=[1, 1])
+    beta = 0.1
+    loss_sum, _, sums = grpo_loss(LossConfig(kind="grpo", beta=beta, kl_estimator=est), lp, t)
+    d = [0.5, -1.0]  # log pi - log pi_ref
+    by_hand = {"k1": sum(d), "k2": sum(0.5 * x * x for x in d), "k3": sum(math.exp(-x) - 1 + x for x in d)}[est]
+    assert float(loss_sum) == pytest.approx(beta * by_hand, rel=1e-6)  # advantages 0: only the KL term
+    assert float(sums["kl_ref"]) == pytest.approx(by_hand, rel=1e-6)
+    assert float(kl_penalty(jnp.asarray(0.3), jnp.asarray(0.3), est)) == 0.0
+
+
+# ---- normalisation modes ------------------------------------------------------------------------
+# Group of G=2: trajectory A has turns with 2 and 1 trained tokens, B one turn with 2 tokens.
+# Per-token NLL by token id: 7->1, 8->2 (A turn 0), 10->3 (A turn 1), 11->4, 12->5 (B).
+NLL = {7: 1.0, 8: 2.0, 10: 3.0, 11: 4.0, 12: 5.0}
+
+
+def _group():
+    a = Trajectory("t", [Turn([5, 6], [7, 8]), Turn([5, 6, 7, 8, 9], [10])], group_id="g")
+    b = Trajectory("t", [Turn([5, 6], [11, 12])], group_id="g")
+    return [a, b]
+
+
+def _loss(samples, split=False):
+    parts = []
+    for s in samples:
+        lp = -np.asarray([NLL.get(int(x), 0.0) for x in s.tokens], np.float32)
+        t = _t(loss_mask=s.loss_mask, advantages=s.advantages, norm_weight=s.norm_weight, norm_denom=s.norm_denom)
+        parts.append(sft_loss(LossConfig(kind="sft"), jnp.asarray(lp), t))
+    return sum(float(p[0]) for p in parts) / sum(float(p[1]) for p in parts)
+
+
+@pytest.mark.parametrize("per,norm,expected", [
+    # 1/G * 1/|tau| * 1/|a|: A0 (1+2)/(2*2*2)=.375, A1 3/(2*2*1)=.75, B 9/(2*1*2)=2.25; 1 group
+    ("trajectory", "webagent_r1", 3.375),
+    ("turn", "webagent_r1", 3.375),
+    # no 1/|tau|: A0 3/(2*2)=.75, A1 3/2=1.5, B 9/4=2.25
+    ("trajectory", "per_turn", 4.5),
+    ("turn", "per_turn", 4.5),
+    # (1+2+3+4+5)/5 tokens
+    ("trajectory", "token_mean", 3.0),
+    ("turn", "token_mean", 3.0),
+    # per sequence mean then mean: trajectory samples (6/3 + 9/2)/2; turn samples (1.5 + 3 + 4.5)/3
+    ("trajectory", "seq_mean_token_mean", 3.25),
+    ("turn", "seq_mean_token_mean", 3.0),
+    # WebGym: sum over tokens, mean over trajectories (6 + 9)/2
+    ("trajectory", "traj_sum", 7.5),
+    ("turn", "traj_sum", 7.5),
+])
+def test_normalisation_modes(per, norm, expected):
+    samples = build_samples(_group(), per=per, norm=norm)
+    assert _loss(samples) == pytest.approx(expected, rel=1e-6)
+
+
+def test_modes_differ_on_same_data():
+    vals = {m: _loss(build_samples(_group(), per="trajectory", norm=m))
+            for m in ("webagent_r1", "per_turn", "token_mean", "seq_mean_token_mean", "traj_sum")}
+    assert len(set(round(v, 6) for v in vals.values())) == 5
+
+
+def test_trajectory_sample_layout():
+    (s,) = build_samples([_group()[0]], per="trajectory", norm="token_mean")
+    # prompt 5 6 | response 7 8 | new prompt tokens 9 | response 10
+    assert s.tokens.tolist() == [5, 6, 7, 8, 9, 10]
+    assert s.loss_mask.tolist() == [0, 0, 1, 1, 0, 1]
+
+
+def test_compressed_history_needs_history_ids():
+    a = Trajectory("t", [Turn([5, 6], [7, 8], history_ids=[5, 6]),
+                         Turn([5, 99, 7, 8, 9], [10])])  # turn 1 saw a compressed first observation
+    with pytest.raises(ValueError, match="history_ids"):
+        build_samples([a], per="trajectory")
+    a.turns[0].history_ids = [5, 99]  # the compressed form the agent kept
+    (s,) = build_samples([a], per="trajectory")
+    assert s.tokens.tolist() == [5, 99, 7, 8, 9, 10]
