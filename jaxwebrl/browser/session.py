@@ -34,6 +34,8 @@ class BrowserSession:
         self.counter = IdCounter()
         self.last: Snapshot | None = None
         self.closed = False
+        self.adopt_new_pages = True  # False while an evaluator opens its own scratch page
+        self._nav_pending: set[Any] = set()  # in-flight document requests (navigation started, not loaded)
 
     @classmethod
     async def create(cls, context: BrowserContext, config: EnvConfig, allowlist: Allowlist) -> "BrowserSession":
@@ -43,6 +45,9 @@ class BrowserSession:
         await context.add_init_script(MARK_JS)
         await install(context, allowlist, self.blocked)
         context.on("page", self._on_page)
+        context.on("request", self._on_request)
+        context.on("requestfinished", lambda r: self._nav_pending.discard(r))
+        context.on("requestfailed", lambda r: self._nav_pending.discard(r))
         page = await context.new_page()
         self._adopt(page)
         return self
@@ -58,10 +63,17 @@ class BrowserSession:
 
     def _on_page(self, page: Page) -> None:
         """A popup (target=_blank, window.open) becomes a new tab and the active one."""
-        if page in self.pages:
+        if page in self.pages or not self.adopt_new_pages:
             return
         self._adopt(page)
         self.active = len(self.pages) - 1
+
+    def _on_request(self, request: Any) -> None:
+        try:
+            if request.is_navigation_request():
+                self._nav_pending.add(request)
+        except Exception:
+            pass
 
     def _on_close(self, page: Page) -> None:
         if page in self.pages:
@@ -127,14 +139,17 @@ class BrowserSession:
         await self.page.goto(url, wait_until="load")
 
     async def settle(self) -> None:
-        """Let the page react (navigation commit, handlers) before observing."""
-        page = self.page
-        try:
-            await page.wait_for_load_state("load", timeout=self.config.action_timeout_s * 1000)
-        except Exception:
-            pass
+        """Let the page react before observing: a short pause, then wait out any navigation it started."""
         if self.config.settle_s > 0:
             await asyncio.sleep(self.config.settle_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.action_timeout_s
+        while self._nav_pending and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        try:
+            await self.page.wait_for_load_state("load", timeout=self.config.action_timeout_s * 1000)
+        except Exception:
+            pass
 
     # ---- elements ---------------------------------------------------------------------------------
     async def snapshot(self) -> Snapshot:

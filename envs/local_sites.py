@@ -1,0 +1,131 @@
+"""Local-sites suite: starts the shop and wiki servers on loopback and serves the WebArena-style task files
+in `envs/tasks/*.json` (placeholders `__SHOP__`, `__WIKI__`, `__PLAYGROUND__` are replaced by the origins).
+
+Each task runs in its own context, so per-visitor server state (cart, orders, comments) starts empty for
+every episode; the seed is unused (the sites are deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs import evaluators
+from envs.sites import SITES
+from envs.sites.server import SiteServer
+from jaxwebrl.browser.session import BrowserSession
+from jaxwebrl.browser.task import EvalResult
+
+TASK_DIR = Path(__file__).with_name("tasks")
+
+
+def _fill(obj: Any, urls: dict[str, str]) -> Any:
+    if isinstance(obj, str):
+        for name, url in urls.items():
+            obj = obj.replace(f"__{name.upper()}__", url)
+        return obj
+    if isinstance(obj, list):
+        return [_fill(x, urls) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _fill(v, urls) for k, v in obj.items()}
+    return obj
+
+
+@dataclass
+class SiteTask:
+    """One task file entry with concrete urls; implements jaxwebrl.browser.task.Task."""
+
+    spec: dict[str, Any]
+    origins: tuple[str, ...]
+    task_id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.task_id = self.spec["task_id"]
+
+    @property
+    def intent(self) -> str:
+        return self.spec["intent"]
+
+    @property
+    def difficulty(self) -> str:
+        return self.spec["difficulty"]
+
+    def allowed_origins(self) -> tuple[str, ...]:
+        return self.origins
+
+    async def setup(self, session: BrowserSession, seed: int) -> str:
+        await session.goto(self.spec["start_url"])
+        return self.spec["intent"]
+
+    async def is_done(self, session: BrowserSession) -> bool:
+        return False
+
+    async def evaluate(self, session: BrowserSession, answer: str | None) -> EvalResult:
+        reward, checks = await evaluators.evaluate(self.spec["eval"], session, answer)
+        return EvalResult(reward, reward >= 1.0, {"checks": checks})
+
+
+def load_task_specs(directory: Path = TASK_DIR) -> list[dict[str, Any]]:
+    specs: list[dict[str, Any]] = []
+    for f in sorted(directory.glob("*.json")):
+        specs.extend(json.loads(f.read_text()))
+    ids = [s["task_id"] for s in specs]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"duplicate task ids in {directory}")
+    return specs
+
+
+class LocalSitesSuite:
+    """`start()` the servers, then `task_ids(split)` / `get_task(task_id)`; `stop()` when done."""
+
+    name = "local_sites"
+
+    def __init__(self, sites: tuple[str, ...] = ("shop", "wiki", "playground"), test_fraction: float = 0.25) -> None:
+        self.site_names = sites
+        self.servers: dict[str, SiteServer] = {}
+        self.specs = load_task_specs()
+        self.test_fraction = test_fraction
+
+    def start(self) -> "LocalSitesSuite":
+        if not self.servers:
+            self.servers = {n: SiteServer(SITES[n]).start() for n in self.site_names}
+        return self
+
+    def stop(self) -> None:
+        for s in self.servers.values():
+            s.stop()
+        self.servers = {}
+
+    def __enter__(self) -> "LocalSitesSuite":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return {n: s.url for n, s in self.servers.items()}
+
+    def task_ids(self, split: str = "all") -> list[str]:
+        """`all`, `train`, or `test`: every 4th task of each site (by file order) is test by default."""
+        ids = [s["task_id"] for s in self.specs]
+        if split == "all":
+            return ids
+        period = max(2, round(1 / self.test_fraction))
+        test = {i for k, i in enumerate(ids) if k % period == period - 1}
+        if split == "test":
+            return [i for i in ids if i in test]
+        if split == "train":
+            return [i for i in ids if i not in test]
+        raise ValueError(f"unknown split {split!r}; use all, train or test")
+
+    def get_task(self, task_id: str) -> SiteTask:
+        if not self.servers:
+            raise RuntimeError("LocalSitesSuite.start() must be called before get_task()")
+        spec = next((s for s in self.specs if s["task_id"] == task_id), None)
+        if spec is None:
+            raise KeyError(task_id)
+        spec = _fill(spec, self.urls)
+        return SiteTask(spec, (self.servers[spec["site"]].url,))

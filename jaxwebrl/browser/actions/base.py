@@ -1,0 +1,151 @@
+"""Shared pieces of every action space: the parsed `Action`, `ParseError`, `ExecResult`, the
+`ActionSpace` record, and the safe text helpers (code-fence / tag extraction, literal-only call parsing).
+
+Contract: `parse(text)` never raises; it returns a non-empty list of actions (several only for spaces that
+allow multi-call responses) or a `ParseError`. `execute(session, action)` never raises either; an invalid
+action (unknown element id, bad tab index) returns `ExecResult(invalid=True)` whose feedback says what was
+wrong, which the environment counts as a format error.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+MAX_ACTION_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class Action:
+    """One parsed call: `name` plus keyword `args`; `raw` is the text it came from."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+    raw: str = ""
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """Why the text is not an action; `message` is shown to the agent as feedback."""
+
+    message: str
+    raw: str = ""
+
+
+@dataclass
+class ExecResult:
+    """Outcome of executing one action. `done`/`answer` end the episode (stop/exit/done/send_msg_to_user)."""
+
+    feedback: str
+    invalid: bool = False
+    failed: bool = False
+    done: bool = False
+    answer: str | None = None
+
+
+ParseResult = list[Action] | ParseError
+
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """A named grammar: `parse` text into actions and `execute` one action on a BrowserSession."""
+
+    name: str
+    parse: Callable[[str], ParseResult]
+    execute: Callable[[Any, Action], Awaitable[ExecResult]]
+    description: str
+    multi_call: bool = False
+
+
+def strip_think(text: str) -> str:
+    """Drop `<think>...</think>` reasoning so that actions quoted inside it are not picked up."""
+    return re.sub(r"<think>.*?</think>", " ", text, flags=re.S)
+
+
+def last_fenced(text: str) -> str | None:
+    """Content of the last ``` fenced block, language tag removed; None when there is none."""
+    blocks = re.findall(r"```(?:[a-zA-Z_]*\n)?(.*?)```", text, flags=re.S)
+    return blocks[-1].strip() if blocks else None
+
+
+def tag_content(text: str, tag: str) -> str | None:
+    found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.S)
+    return found[-1].strip() if found else None
+
+
+_QUOTES = {"\u2018\u2018": '"', "\u2019\u2019": '"', "\u201c": '"', "\u201d": '"', "``": '"', "''": '"'}
+
+
+def normalise_quotes(text: str) -> str:
+    """Papers print `do(action=‘‘Click’’)`; models copy that. Map typographic quotes to ASCII."""
+    for src, dst in _QUOTES.items():
+        text = text.replace(src, dst)
+    return text.replace("\u2018", "'").replace("\u2019", "'")
+
+
+def parse_calls(code: str) -> list[tuple[str, list[Any], dict[str, Any]]] | str:
+    """Parse `f(a, k=b)` statements whose arguments are literals only. Returns calls or an error string.
+
+    Uses `ast` (no evaluation), so hostile text cannot run code; every failure becomes a message.
+    """
+    if len(code) > MAX_ACTION_CHARS:
+        return f"action text longer than {MAX_ACTION_CHARS} characters"
+    try:
+        tree = ast.parse(code.strip(), mode="exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return f"could not parse {code.strip()[:80]!r} as a function call ({type(exc).__name__})"
+    calls: list[tuple[str, list[Any], dict[str, Any]]] = []
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
+            return "expected a function call such as click('12')"
+        call = stmt.value
+        if not isinstance(call.func, ast.Name):
+            return "the called function must be a plain name"
+        try:
+            args = [ast.literal_eval(a) for a in call.args]
+            kwargs = {}
+            for kw in call.keywords:
+                if kw.arg is None:
+                    return "**kwargs are not allowed"
+                kwargs[kw.arg] = ast.literal_eval(kw.value)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            return f"arguments of {call.func.id}() must be literals (strings or numbers)"
+        calls.append((call.func.id, args, kwargs))
+    if not calls:
+        return "no action found"
+    return calls
+
+
+async def run_safely(coro: Awaitable[ExecResult], what: str) -> ExecResult:
+    """Turn any exception from Playwright into a `Failed:` feedback; InvalidAction into an invalid result."""
+    from jaxwebrl.browser.session import InvalidAction
+
+    try:
+        return await coro
+    except InvalidAction as exc:
+        return ExecResult(feedback=f"Invalid action: {exc}.", invalid=True)
+    except PermissionError as exc:
+        return ExecResult(feedback=f"Failed: '{what}' refused: {exc}.", failed=True)
+    except Exception as exc:  # Playwright errors, timeouts: data, not crashes
+        msg = str(exc).strip().split("\n")[0][:300]
+        if _is_closed_error(exc):
+            raise
+        return ExecResult(feedback=f"Failed: '{what}' execution failed: {msg}", failed=True)
+
+
+def _is_closed_error(exc: Exception) -> bool:
+    """Errors that mean the browser/context is gone; these propagate so the env reports env_error."""
+    name = type(exc).__name__
+    text = str(exc)
+    return name == "TargetClosedError" or "Browser has been closed" in text or "Connection closed" in text or (
+        "Target page, context or browser has been closed" in text
+    )
+
+
+def require_str(args: dict[str, Any], key: str) -> str:
+    value = args.get(key)
+    if value is None:
+        raise KeyError(key)
+    return str(value)

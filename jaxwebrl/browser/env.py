@@ -1,0 +1,206 @@
+"""BrowserEnv: one episode at a time in a fresh isolated context from a BrowserPool.
+
+    obs = await env.reset(task, seed)            # raises EnvError if the start state cannot be built
+    res = await env.step(text)                   # StepResult(observation, feedback, format_error, done, answer, ...)
+    ev = await env.evaluate()                    # EvalResult(reward, success, info)
+    env.termination_reason                       # None while running; "answer", "task_done", "max_steps",
+                                                 # "timeout" (episode wall time), "env_error" (crash/hang)
+    await env.close()                            # releases the context and the pool slot
+
+`step` never raises: parse errors and invalid actions come back as feedback with `format_error=True`;
+a crashed or hung browser ends the episode with `env_error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jaxwebrl.browser.actions import Action, ParseError, get_action_space
+from jaxwebrl.browser.actions.base import _is_closed_error
+from jaxwebrl.browser.config import EnvConfig
+from jaxwebrl.browser.observation import Observation, observe
+from jaxwebrl.browser.safety import Allowlist
+from jaxwebrl.browser.session import BrowserSession
+from jaxwebrl.browser.task import EvalResult, Task
+
+if TYPE_CHECKING:
+    from jaxwebrl.browser.pool import BrowserPool, _Slot
+
+TERMINATION_REASONS = ("answer", "task_done", "max_steps", "timeout", "env_error")
+
+
+class EnvError(RuntimeError):
+    """The browser failed while building the start state (the episode cannot start)."""
+
+
+@dataclass
+class StepResult:
+    observation: Observation
+    feedback: str
+    format_error: bool
+    done: bool
+    answer: str | None = None
+    termination_reason: str | None = None
+    actions: list[Action] = field(default_factory=list)
+
+
+class BrowserEnv:
+    """One environment slot of a pool. Not safe to step concurrently with itself (one episode at a time)."""
+
+    def __init__(self, pool: "BrowserPool", config: EnvConfig) -> None:
+        config.validate()
+        self.pool = pool
+        self.config = config
+        self.space = get_action_space(config.action_space)
+        self.session: BrowserSession | None = None
+        self.slot: "_Slot | None" = None
+        self.task: Task | None = None
+        self.goal = ""
+        self.answer: str | None = None
+        self.steps = 0
+        self.done = False
+        self.termination_reason: str | None = None
+        self.error: str | None = None
+        self.last_obs: Observation | None = None
+        self._crashed = False
+        self._t0 = 0.0
+        self._closed = False
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    async def reset(self, task: Task, seed: int = 0) -> Observation:
+        """Fresh context, task start state for `seed`, first observation."""
+        if self._closed:
+            raise RuntimeError("reset on a closed BrowserEnv")
+        await self._drop_session()
+        self.task, self.answer, self.steps, self.done = task, None, 0, False
+        self.termination_reason, self.error, self._crashed = None, None, False
+        try:
+            self.slot, context = await self.pool._new_context(self)
+            allow = Allowlist(tuple(task.allowed_origins()) + tuple(self.config.extra_allowed_origins))
+            self.session = await BrowserSession.create(context, self.config, allow)
+            self.goal = await asyncio.wait_for(task.setup(self.session, seed), self.config.step_timeout_s)
+            obs = await asyncio.wait_for(observe(self.session, self.config.obs, self.goal), self.config.step_timeout_s)
+        except Exception as exc:
+            self._end("env_error", f"reset failed: {type(exc).__name__}: {exc}")
+            if isinstance(exc, asyncio.TimeoutError) and self.slot is not None:
+                await self.pool._check_health(self.slot)
+            raise EnvError(self.error) from exc
+        self._t0 = time.monotonic()
+        self.last_obs = obs
+        return obs
+
+    async def close(self) -> None:
+        """Release the context and the pool slot. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._drop_session()
+        self.pool._release_env(self)
+
+    async def __aenter__(self) -> "BrowserEnv":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _drop_session(self) -> None:
+        if self.session is not None:
+            session, slot = self.session, self.slot
+            self.session = None
+            await session.close()
+            self.pool._forget_context(slot, session.context)
+
+    def _mark_crashed(self) -> None:
+        """Called by the pool when this env's browser disconnected."""
+        self._crashed = True
+
+    def _end(self, reason: str, error: str | None = None) -> None:
+        if not self.done:
+            self.done = True
+            self.termination_reason = reason
+            self.error = error
+
+    # ---- stepping ---------------------------------------------------------------------------------
+    def _empty_obs(self) -> Observation:
+        return self.last_obs or Observation(goal=self.goal, text="")
+
+    async def step(self, text: str) -> StepResult:
+        """Parse `text` with the configured action space, execute, observe. Never raises."""
+        if self.session is None or self.done:
+            return StepResult(self._empty_obs(), "The episode is over; call reset().", False, True, self.answer,
+                              self.termination_reason)
+        if self._crashed:
+            self._end("env_error", "browser crashed")
+            return StepResult(self._empty_obs(), "Environment error: the browser crashed.", False, True, None, "env_error")
+        if time.monotonic() - self._t0 > self.config.episode_timeout_s:
+            self._end("timeout", "episode wall time exceeded")
+            return StepResult(self._empty_obs(), "The episode timed out.", False, True, None, "timeout")
+        try:
+            result = await asyncio.wait_for(self._step(text), self.config.step_timeout_s)
+        except asyncio.TimeoutError:
+            healthy = await self.pool._check_health(self.slot) if self.slot is not None else False
+            self._end("env_error", "step timed out" + ("" if healthy else "; browser hung and was restarted"))
+            return StepResult(self._empty_obs(), "Environment error: the step timed out.", False, True, None, "env_error")
+        except Exception as exc:
+            self._end("env_error", f"{type(exc).__name__}: {str(exc)[:300]}")
+            return StepResult(self._empty_obs(), "Environment error: the browser failed.", False, True, None, "env_error")
+        self.steps += 1
+        if not self.done and self.config.max_steps is not None and self.steps >= self.config.max_steps:
+            self._end("max_steps")
+            result.done, result.termination_reason = True, "max_steps"
+        return result
+
+    async def _step(self, text: str) -> StepResult:
+        session = self.session
+        assert session is not None and self.task is not None
+        parsed = self.space.parse(text)
+        feedback: list[str] = []
+        format_error = False
+        actions: list[Action] = []
+        if isinstance(parsed, ParseError):
+            format_error = True
+            feedback.append(f"Invalid action: {parsed.message}")
+        else:
+            actions = parsed
+            for action in parsed:
+                try:
+                    res = await self.space.execute(session, action)
+                except Exception as exc:
+                    if not _is_closed_error(exc) or self._crashed or not self.pool._connected(self.slot):
+                        raise
+                    # only a tab closed itself: not a browser failure
+                    await session.ensure_page()
+                    feedback.append(f"Failed: '{action.name}' execution failed: the page was closed.")
+                    continue
+                feedback.append(res.feedback)
+                if res.invalid:
+                    format_error = True
+                    break
+                if res.done:
+                    self.answer = res.answer
+                    self._end("answer")
+                    break
+        if not self.done and await self.task.is_done(session):
+            self._end("task_done")
+        await session.ensure_page()
+        obs = await observe(session, self.config.obs, self.goal)
+        self.last_obs = obs
+        if self._crashed:
+            raise RuntimeError("browser crashed during the step")
+        return StepResult(obs, "\n".join(feedback), format_error, self.done, self.answer, self.termination_reason, actions)
+
+    async def evaluate(self) -> EvalResult:
+        """Score the episode; 0 for env_error or when the evaluator itself fails."""
+        if self.task is None:
+            raise RuntimeError("evaluate before reset")
+        if self.termination_reason == "env_error" or self.session is None:
+            return EvalResult(0.0, False, {"termination_reason": self.termination_reason, "error": self.error})
+        try:
+            res = await asyncio.wait_for(self.task.evaluate(self.session, self.answer), self.config.step_timeout_s)
+        except Exception as exc:
+            return EvalResult(0.0, False, {"error": f"evaluator failed: {type(exc).__name__}: {exc}"})
+        res.info.setdefault("termination_reason", self.termination_reason)
+        return res

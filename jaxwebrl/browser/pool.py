@@ -1,0 +1,282 @@
+"""BrowserPool: a few Chromium processes, many isolated contexts, crash and hang recovery.
+
+    async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=8)) as pool:
+        async with pool.episode(task, seed, EnvConfig(action_space="bid")) as (env, obs):
+            res = await env.step("click('12')")
+        env = await pool.new_env(EnvConfig(...)); obs = await env.reset(task, seed); ...; await env.close()
+
+At most `capacity` envs exist at once (`new_env` waits for a free slot). Each `reset` opens a fresh context
+(own cookies and storage) in the live browser with the fewest contexts. Browsers are launched locally
+(`executable_path`, one process each) or, when `remote_endpoints` are given, connected to
+`playwright run-server` endpoints. When a browser disconnects (crash, kill) its running envs are marked so
+their episode ends with `env_error`, and the browser is relaunched in the background; a step that times
+out triggers a health probe that kills and relaunches a hung browser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
+
+from jaxwebrl.browser.config import EnvConfig, PoolConfig
+from jaxwebrl.browser.env import BrowserEnv
+from jaxwebrl.browser.observation import Observation
+from jaxwebrl.browser.task import Task
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One browser process (or remote connection) and the contexts/envs living in it."""
+
+    index: int
+    marker: str
+    endpoint: str | None = None
+    browser: Browser | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    contexts: set[BrowserContext] = field(default_factory=set)
+    envs: set[BrowserEnv] = field(default_factory=set)
+    launches: int = 0
+    relaunching: bool = False
+
+
+class BrowserPool:
+    """Owns Playwright, the browser slots and the env capacity semaphore."""
+
+    def __init__(self, config: PoolConfig | None = None, env_config: EnvConfig | None = None) -> None:
+        self.config = config or PoolConfig()
+        self.config.validate()
+        self.env_config = env_config or EnvConfig()
+        self.env_config.validate()
+        self._pw: Playwright | None = None
+        n = len(self.config.remote_endpoints) or self.config.num_browsers
+        self.slots = [
+            _Slot(i, f"--jaxwebrl-slot={uuid.uuid4().hex}",
+                  self.config.remote_endpoints[i] if self.config.remote_endpoints else None)
+            for i in range(n)
+        ]
+        self._sem = asyncio.Semaphore(self.config.capacity)
+        self._envs: set[BrowserEnv] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self.crashes = 0
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> "BrowserPool":
+        self._pw = await async_playwright().start()
+        await asyncio.gather(*(self._launch(s) for s in self.slots))
+        return self
+
+    async def __aenter__(self) -> "BrowserPool":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closing = True
+        for env in list(self._envs):
+            await env.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for s in self.slots:
+            if s.browser is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(s.browser.close(), 10)
+        if self._pw is not None:
+            with contextlib.suppress(Exception):
+                await self._pw.stop()
+            self._pw = None
+
+    async def _launch(self, slot: _Slot) -> None:
+        assert self._pw is not None
+        cfg = self.config
+        last: Exception | None = None
+        for _ in range(cfg.relaunch_attempts):
+            try:
+                if slot.endpoint:
+                    opts = {"executablePath": cfg.executable_path, "args": list(cfg.args), "headless": cfg.headless}
+                    browser = await self._pw.chromium.connect(
+                        slot.endpoint, timeout=cfg.launch_timeout_s * 1000,
+                        headers={"x-playwright-launch-options": json.dumps({k: v for k, v in opts.items() if v is not None})},
+                    )
+                else:
+                    browser = await self._pw.chromium.launch(
+                        executable_path=cfg.executable_path, args=[*cfg.args, slot.marker],
+                        headless=cfg.headless, timeout=cfg.launch_timeout_s * 1000,
+                    )
+                break
+            except Exception as exc:  # retry; a bad config fails after `relaunch_attempts`
+                last = exc
+                await asyncio.sleep(0.5)
+        else:
+            raise RuntimeError(f"could not start browser {slot.index}: {last}")
+        slot.browser = browser
+        slot.launches += 1
+        browser.on("disconnected", lambda b, s=slot: self._on_disconnect(s, b))
+        slot.ready.set()
+
+    def _on_disconnect(self, slot: _Slot, browser: Browser) -> None:
+        if browser is not slot.browser:
+            return
+        slot.ready.clear()
+        slot.browser = None
+        slot.contexts.clear()
+        for env in list(slot.envs):
+            env._mark_crashed()
+        slot.envs.clear()
+        if self._closing:
+            return
+        self.crashes += 1
+        self._spawn(self._relaunch(slot))
+
+    async def _relaunch(self, slot: _Slot) -> None:
+        if slot.relaunching:
+            return
+        slot.relaunching = True
+        try:
+            while not self._closing:
+                try:
+                    await self._launch(slot)
+                    return
+                except Exception:
+                    await asyncio.sleep(2.0)
+        finally:
+            slot.relaunching = False
+
+    def _spawn(self, coro: Any) -> None:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # ---- envs and contexts ------------------------------------------------------------------------
+    async def new_env(self, env_config: EnvConfig | None = None) -> BrowserEnv:
+        """An env holding one pool slot until `close()`; waits while the pool is full."""
+        await self._sem.acquire()
+        env = BrowserEnv(self, env_config or self.env_config)
+        self._envs.add(env)
+        return env
+
+    @contextlib.asynccontextmanager
+    async def episode(
+        self, task: Task, seed: int = 0, env_config: EnvConfig | None = None
+    ) -> AsyncIterator[tuple[BrowserEnv, Observation]]:
+        """`async with pool.episode(task, seed) as (env, obs):` reset on entry, context released on exit."""
+        env = await self.new_env(env_config)
+        try:
+            obs = await env.reset(task, seed)
+            yield env, obs
+        finally:
+            await env.close()
+
+    def _release_env(self, env: BrowserEnv) -> None:
+        if env in self._envs:
+            self._envs.discard(env)
+            self._sem.release()
+
+    async def _new_context(self, env: BrowserEnv) -> tuple[_Slot, BrowserContext]:
+        for _ in range(3):
+            live = [s for s in self.slots if s.ready.is_set() and s.browser is not None]
+            if not live:
+                waiters = [asyncio.ensure_future(s.ready.wait()) for s in self.slots]
+                try:
+                    await asyncio.wait(waiters, timeout=self.config.launch_timeout_s * 2,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waiters:
+                        w.cancel()
+                continue
+            slot = min(live, key=lambda s: len(s.contexts))
+            browser = slot.browser
+            assert browser is not None
+            vw, vh = env.config.viewport
+            try:
+                ctx = await asyncio.wait_for(
+                    browser.new_context(viewport={"width": vw, "height": vh}, accept_downloads=False,
+                                        service_workers="block"),
+                    self.config.launch_timeout_s,
+                )
+            except Exception:
+                if await self._check_health(slot):
+                    raise
+                continue
+            slot.contexts.add(ctx)
+            slot.envs.add(env)
+            return slot, ctx
+        raise RuntimeError("no live browser in the pool")
+
+    def _forget_context(self, slot: _Slot | None, ctx: BrowserContext) -> None:
+        if slot is not None:
+            slot.contexts.discard(ctx)
+            for env in list(slot.envs):
+                if env.session is None:
+                    slot.envs.discard(env)
+
+    def _connected(self, slot: _Slot | None) -> bool:
+        return slot is not None and slot.browser is not None and slot.browser.is_connected()
+
+    # ---- health -----------------------------------------------------------------------------------
+    async def _check_health(self, slot: _Slot, timeout_s: float = 5.0) -> bool:
+        """Probe the browser; kill a hung one (the disconnect handler relaunches it). True if healthy."""
+        browser = slot.browser
+        if browser is None or not browser.is_connected():
+            return False
+        try:
+            ctx = await asyncio.wait_for(browser.new_context(), timeout_s)
+            page = await asyncio.wait_for(ctx.new_page(), timeout_s)
+            await asyncio.wait_for(page.evaluate("1 + 1"), timeout_s)
+            await asyncio.wait_for(ctx.close(), timeout_s)
+            return True
+        except Exception:
+            await self.kill_browser(slot.index)
+            return False
+
+    def browser_pids(self, index: int) -> list[int]:
+        """Pids of the main Chromium process of local browser `index` (found by its marker argument)."""
+        marker = self.slots[index].marker.encode()
+        pids = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker in cmd and b"--type=" not in cmd:
+                pids.append(int(d.name))
+        return pids
+
+    async def kill_browser(self, index: int) -> None:
+        """SIGKILL a local browser (hang recovery, tests) or drop a remote connection."""
+        slot = self.slots[index]
+        if slot.endpoint:
+            if slot.browser is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(slot.browser.close(), 5)
+            return
+        for pid in self.browser_pids(index):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Wait until every browser is up (after a crash)."""
+        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in self.slots)), timeout_s)
+
+    def stats(self) -> dict[str, int]:
+        """Open contexts/pages as Playwright sees them (leak checks and benchmarks)."""
+        contexts = pages = 0
+        for s in self.slots:
+            if s.browser is not None and s.browser.is_connected():
+                for c in s.browser.contexts:
+                    contexts += 1
+                    pages += len(c.pages)
+        return {"contexts": contexts, "pages": pages, "envs": len(self._envs), "crashes": self.crashes,
+                "launches": sum(s.launches for s in self.slots)}
