@@ -1,0 +1,208 @@
+"""One episode: reset, then [render prompt -> engine.generate -> parse -> execute -> observe] until it ends.
+
+The result is a `Trajectory` whose response ids and logprobs are exactly the engine's. Every way an episode
+can end is a termination reason, never an exception: done, max_steps, context_overflow, format_errors (N
+unparsable responses in a row), env_error (browser crashed or hung: all turns get loss mask 0), timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from jaxwebrl.agent.context import APPEND_ONLY, ContextInputs, StepRecord, get_strategy
+from jaxwebrl.agent.limits import LockstepBarrier, OperationLimits
+from jaxwebrl.agent.prompts import extract_tag, get_format
+from jaxwebrl.agent.render import PromptRenderer
+from jaxwebrl.browser.env import BrowserEnv, EnvError
+from jaxwebrl.browser.task import Task
+from jaxwebrl.data.records import Trajectory, Turn
+from jaxwebrl.engines.base import Engine, SamplingParams
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    """Per-episode agent settings; recipes set their paper's values."""
+
+    strategy: str = "compress_past"
+    prompt_format: str = "webagent_r1"
+    max_steps: int = 15
+    max_context_tokens: int = 16384
+    max_new_tokens: int = 1024
+    max_format_errors: int = 3
+    last_k: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+    generate_timeout_s: float = 300.0
+    episode_timeout_s: float = 600.0
+
+    def validate(self) -> None:
+        get_strategy(self.strategy)
+        get_format(self.prompt_format)
+        if self.max_steps < 1 or self.max_context_tokens < 16 or self.max_new_tokens < 1:
+            raise ValueError("AgentConfig: max_steps, max_context_tokens and max_new_tokens must be positive")
+
+    def sampling(self, seed: int | None, budget: int) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, greedy=self.greedy,
+                              max_new_tokens=max(1, min(self.max_new_tokens, budget)), seed=seed)
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    trajectory: Trajectory
+    success: bool
+    timings: dict[str, float]
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    def add(self, key: str, seconds: float) -> None:
+        self.totals[key] = self.totals.get(key, 0.0) + seconds
+
+
+async def _timed(timer: _Timer, key: str, limits: OperationLimits, op: str, coro: Any) -> Any:
+    """Run `coro` under the concurrency limit of `op`, adding time spent waiting and working to `timer`."""
+    t0 = time.perf_counter()
+    async with limits.slot(op):
+        t1 = time.perf_counter()
+        timer.add("wait", t1 - t0)
+        try:
+            return await coro
+        finally:
+            timer.add(key, time.perf_counter() - t1)
+
+
+async def run_episode(
+    env: BrowserEnv,
+    engine: Engine,
+    tokenizer: PreTrainedTokenizerBase,
+    task: Task,
+    seed: int,
+    cfg: AgentConfig,
+    *,
+    renderer: PromptRenderer | None = None,
+    limits: OperationLimits | None = None,
+    group_id: str = "",
+    sample_seed: int | None = None,
+    policy_version: int = 0,
+    barrier: LockstepBarrier | None = None,
+) -> EpisodeResult:
+    """Play one episode of `task` (instance `seed`) in `env` with `engine`; see the module doc.
+
+    `barrier` is only for the lock-step benchmark baseline: each turn waits there for every live episode.
+    """
+    try:
+        return await _run_episode(env, engine, tokenizer, task, seed, cfg, renderer, limits, group_id, sample_seed,
+                                  policy_version, barrier)
+    finally:
+        if barrier is not None:
+            barrier.leave()
+
+
+async def _run_episode(
+    env: BrowserEnv, engine: Engine, tokenizer: PreTrainedTokenizerBase, task: Task, seed: int, cfg: AgentConfig,
+    renderer: PromptRenderer | None, limits: OperationLimits | None, group_id: str, sample_seed: int | None,
+    policy_version: int, barrier: LockstepBarrier | None,
+) -> EpisodeResult:
+    renderer = renderer or PromptRenderer(tokenizer)
+    limits = limits or OperationLimits()
+    fmt, build = get_format(cfg.prompt_format), get_strategy(cfg.strategy)
+    timer, episode_id = _Timer(), uuid.uuid4().hex[:12]
+    start = time.perf_counter()
+    turns: list[Turn] = []
+    past: list[StepRecord] = []
+    termination, format_errors_in_row, versions = "max_steps", 0, [policy_version]
+    last_pieces: list[list[int]] = []
+
+    def finish(reason: str, success: bool = False, reward: float = 0.0, info: dict[str, Any] | None = None) -> EpisodeResult:
+        if reason == "env_error":  # failures are data: keep the record, train on none of it
+            for t in turns:
+                t.response_mask = [0] * len(t.response_ids)
+        if cfg.strategy in APPEND_ONLY and turns:  # trajectory-level sequence = the last (compressed) context
+            for t, piece in zip(turns, last_pieces):
+                t.history_ids = list(piece)
+        timer.add("episode", time.perf_counter() - start)
+        traj = Trajectory(
+            task_id=getattr(task, "task_id", str(task)), turns=turns, reward=reward, group_id=group_id or episode_id,
+            termination=reason, policy_version=min(versions),
+            metadata={"seed": seed, "goal": getattr(env, "goal", ""), "success": success, "steps": len(turns),
+                      "episode_id": episode_id, "policy_versions": sorted(set(versions)), **(info or {})},
+        )
+        return EpisodeResult(traj, success, dict(timer.totals))
+
+    try:
+        obs = await _timed(timer, "browser", limits, "navigate", env.reset(task, seed))
+    except (EnvError, asyncio.TimeoutError) as exc:
+        return finish("env_error", info={"error": f"reset failed: {exc}"})
+    current = StepRecord(observation=obs, feedback=None)
+    goal = obs.goal
+    for step in range(cfg.max_steps):
+        if barrier is not None:
+            t0 = time.perf_counter()
+            await barrier.wait()
+            timer.add("wait", time.perf_counter() - t0)
+        if time.perf_counter() - start > cfg.episode_timeout_s:
+            termination = "timeout"
+            break
+        rendered = renderer.render(build(ContextInputs(fmt, goal, past, current, cfg.last_k)))
+        last_pieces = rendered.pieces
+        budget = cfg.max_context_tokens - len(rendered.ids)
+        if budget < 1:
+            termination = "context_overflow"
+            break
+        seed_t = None if sample_seed is None else sample_seed * 1000 + step
+        try:
+            gen = await _timed(
+                timer, "engine", limits, "generate",
+                asyncio.wait_for(engine.generate(rendered.ids, cfg.sampling(seed_t, budget), session_id=episode_id),
+                                 cfg.generate_timeout_s),
+            )
+        except asyncio.TimeoutError:
+            termination = "timeout"
+            break
+        except ValueError as exc:  # the engine refused the prompt (longer than its context)
+            termination = "context_overflow"
+            turns_info = {"error": str(exc)}
+            return finish(termination, info=turns_info)
+        if gen.finish_reason == "context_length":
+            termination = "context_overflow"
+            break
+        versions.append(gen.final_policy_version)
+        text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        result = await _timed(timer, "browser", limits, "execute", env.step(text))
+        format_ok = fmt.format_ok(text) and not result.format_error
+        turns.append(Turn(
+            prompt_ids=list(rendered.ids), response_ids=list(gen.token_ids), response_logprobs=list(gen.logprobs),
+            observation=current.observation.text, action=text, format_ok=format_ok,
+            observation_digest=str(hash(current.observation.text)),
+        ))
+        current.response_text, current.response_ids = text, tuple(gen.token_ids)
+        current.action = "; ".join(a.raw for a in result.actions) if result.actions else text.strip()[:200]
+        current.conclusion, current.memory = extract_tag(text, "conclusion"), extract_tag(text, "memory")
+        past.append(current)
+        if result.termination_reason in ("env_error", "timeout"):
+            termination = result.termination_reason
+            break
+        format_errors_in_row = 0 if format_ok else format_errors_in_row + 1
+        if result.done:
+            termination = "done"
+            break
+        if format_errors_in_row >= cfg.max_format_errors:
+            termination = "format_errors"
+            break
+        current = StepRecord(observation=result.observation, feedback=result.feedback)
+    if termination in ("env_error",):
+        return finish(termination, info={"error": getattr(env, "error", None)})
+    try:
+        ev = await _timed(timer, "browser", limits, "evaluate", env.evaluate())
+    except Exception as exc:  # an evaluator that cannot read the page: the episode is unusable, not fatal
+        return finish("env_error", info={"error": f"evaluate failed: {exc}"})
+    return finish(termination, success=bool(ev.success), reward=float(ev.success), info={"raw_reward": ev.reward})

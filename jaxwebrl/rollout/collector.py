@@ -1,0 +1,219 @@
+"""Many episodes at once, in groups of G trajectories per task, with no global barrier.
+
+Each trajectory of a group runs in its own browser context; episodes advance independently; the engine
+batches whatever requests are waiting. A group leaves for training as soon as its last trajectory ends
+(`stream` yields groups in completion order, refilling the freed capacity at once). Groups whose policy is
+more than `max_policy_lag` versions behind the trainer are dropped (off-policy limit). `mode="lockstep"`
+keeps the classic synchronous loop (all environments step together, wait for the slowest, next batch only
+when the whole batch ended) as the benchmark baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import time
+from typing import AsyncIterator, Callable, Iterator
+
+from transformers import PreTrainedTokenizerBase
+
+from jaxwebrl.agent.episode import AgentConfig, EpisodeResult, run_episode
+from jaxwebrl.agent.limits import LockstepBarrier, OperationLimits
+from jaxwebrl.agent.render import PromptRenderer
+from jaxwebrl.browser.config import EnvConfig
+from jaxwebrl.browser.pool import BrowserPool
+from jaxwebrl.browser.task import Task
+from jaxwebrl.engines.base import Engine
+
+MODES = ("async", "lockstep")
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    group_size: int = 4
+    mode: str = "async"
+    max_concurrent_groups: int = 2  # groups in flight; each holds `group_size` browser contexts
+    max_policy_lag: int = 1  # drop groups whose oldest token is more than this many versions old
+    limits: tuple[tuple[str, int], ...] = ()  # per-operation concurrency, e.g. (("generate", 8),)
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"rollout.mode={self.mode!r}: use one of {MODES}")
+        if self.group_size < 1 or self.max_concurrent_groups < 1:
+            raise ValueError("rollout.group_size and rollout.max_concurrent_groups must be >= 1")
+
+
+@dataclasses.dataclass
+class Group:
+    """G trajectories of one task instance, collected together."""
+
+    task_id: str
+    seed: int
+    group_id: str
+    episodes: list[EpisodeResult]
+    started: float
+    finished: float
+
+    @property
+    def trajectories(self) -> list:
+        return [e.trajectory for e in self.episodes]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [e.trajectory.reward for e in self.episodes]
+
+    @property
+    def policy_version(self) -> int:
+        return min(e.trajectory.policy_version for e in self.episodes)
+
+
+@dataclasses.dataclass
+class CollectStats:
+    groups: int = 0
+    dropped_stale: int = 0
+    rejected: int = 0
+    episodes: int = 0
+    wall_s: float = 0.0
+    time: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def add(self, group: Group) -> None:
+        self.episodes += len(group.episodes)
+        for e in group.episodes:
+            for k, v in e.timings.items():
+                self.time[k] = self.time.get(k, 0.0) + v
+
+
+TaskStream = Iterator[tuple[Task, int]]
+
+
+class Collector:
+    """Runs groups of episodes against one pool and one engine."""
+
+    def __init__(
+        self,
+        pool: BrowserPool,
+        engine: Engine,
+        tokenizer: PreTrainedTokenizerBase,
+        env_config: EnvConfig,
+        agent: AgentConfig,
+        rollout: RolloutConfig,
+        policy_version: Callable[[], int] = lambda: 0,
+    ):
+        rollout.validate()
+        agent.validate()
+        self.pool, self.engine, self.tokenizer = pool, engine, tokenizer
+        self.env_config, self.agent, self.rollout = env_config, agent, rollout
+        self.renderer = PromptRenderer(tokenizer)
+        self.limits = OperationLimits(dict(rollout.limits))
+        self.policy_version = policy_version
+        self._group_counter = itertools.count()
+        self._sample_seed = itertools.count(1)
+        self.dropped_stale = 0
+
+    async def _episode(
+        self, task: Task, seed: int, group_id: str, agent: AgentConfig, barrier: LockstepBarrier | None
+    ) -> EpisodeResult:
+        env = await self.pool.new_env(self.env_config)
+        try:
+            return await run_episode(
+                env, self.engine, self.tokenizer, task, seed, agent, renderer=self.renderer, limits=self.limits,
+                group_id=group_id, sample_seed=None if agent.greedy else next(self._sample_seed),
+                policy_version=self.policy_version(), barrier=barrier,
+            )
+        finally:
+            await env.close()
+
+    async def run_group(
+        self, task: Task, seed: int, agent: AgentConfig | None = None, size: int | None = None,
+        barrier: LockstepBarrier | None = None,
+    ) -> Group:
+        """G episodes of the same task instance, each in its own context, concurrently."""
+        agent = agent or self.agent
+        size = size or self.rollout.group_size
+        group_id = f"{task.task_id}/{seed}/{next(self._group_counter)}"
+        t0 = time.perf_counter()
+        episodes = await asyncio.gather(*(self._episode(task, seed, group_id, agent, barrier) for _ in range(size)))
+        return Group(task.task_id, seed, group_id, list(episodes), t0, time.perf_counter())
+
+    async def stream(
+        self, tasks: TaskStream, agent_for: Callable[[Task], AgentConfig] | None = None
+    ) -> AsyncIterator[Group]:
+        """Yield groups as each one completes; keeps `max_concurrent_groups` in flight until `tasks` runs out.
+        Stale groups (off-policy limit) are dropped here."""
+        if self.rollout.mode == "lockstep":
+            async for g in self._stream_lockstep(tasks, agent_for):
+                yield g
+            return
+        running: set[asyncio.Task[Group]] = set()
+        exhausted = False
+
+        def refill() -> None:
+            nonlocal exhausted
+            while not exhausted and len(running) < self.rollout.max_concurrent_groups:
+                try:
+                    task, seed = next(tasks)
+                except StopIteration:
+                    exhausted = True
+                    return
+                agent = agent_for(task) if agent_for else None
+                running.add(asyncio.ensure_future(self.run_group(task, seed, agent)))
+
+        refill()
+        try:
+            while running:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    running.discard(fut)
+                refill()
+                for fut in done:
+                    group = fut.result()
+                    if self.policy_version() - group.policy_version > self.rollout.max_policy_lag:
+                        self.dropped_stale += 1
+                        continue
+                    yield group
+        finally:
+            for fut in running:
+                fut.cancel()
+
+    async def _stream_lockstep(
+        self, tasks: TaskStream, agent_for: Callable[[Task], AgentConfig] | None
+    ) -> AsyncIterator[Group]:
+        while True:
+            batch = list(itertools.islice(tasks, self.rollout.max_concurrent_groups))
+            if not batch:
+                return
+            barrier = LockstepBarrier(len(batch) * self.rollout.group_size)
+            groups = await asyncio.gather(*(
+                self.run_group(t, s, agent_for(t) if agent_for else None, barrier=barrier) for t, s in batch
+            ))
+            for g in groups:
+                yield g
+
+    async def collect(
+        self,
+        tasks: TaskStream,
+        num_groups: int,
+        accept: Callable[[Group], bool] = lambda g: True,
+        max_groups: int | None = None,
+        agent_for: Callable[[Task], AgentConfig] | None = None,
+    ) -> tuple[list[Group], CollectStats]:
+        """Collect until `num_groups` groups pass `accept` (dynamic sampling) or `max_groups` were tried."""
+        stats, kept, t0 = CollectStats(), [], time.perf_counter()
+        limit = max_groups or num_groups * 4
+        stream = self.stream(itertools.islice(tasks, limit), agent_for)
+        try:
+            async for group in stream:
+                stats.groups += 1
+                stats.add(group)
+                if accept(group):
+                    kept.append(group)
+                    if len(kept) >= num_groups:
+                        break
+                else:
+                    stats.rejected += 1
+        finally:
+            await stream.aclose()
+        stats.wall_s = time.perf_counter() - t0
+        stats.dropped_stale = self.dropped_stale
+        return kept, stats

@@ -1,0 +1,103 @@
+"""Which task instance to play next, for how many steps, and which old samples to train on again.
+
+- `TaskSampler`: uniform over tasks, or by a difficulty ratio (WebGym, e.g. easy:medium:hard = 2:5:3), with
+  seeds drawn from the split's seed range; deterministic given its seed.
+- `HorizonSchedule`: max steps per difficulty (WebGym 10/20/30) and/or a schedule over iterations
+  (OpenWebRL: 15 steps, later 30).
+- `ReplayBuffer`: the last N iterations' samples, drawn with recency weight (iteration age + 1) ** -power.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Generic, Iterator, Sequence, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+class TaskSampler:
+    """Endless (task, seed) stream. `ratio` maps difficulty -> weight; tasks need a `difficulty` attribute."""
+
+    def __init__(self, tasks: Sequence[Any], seeds: Sequence[int], *, ratio: dict[str, float] | None = None,
+                 seed: int = 0):
+        if not tasks:
+            raise ValueError("TaskSampler: no tasks to sample from; check the suite's task list and split")
+        if not seeds:
+            raise ValueError("TaskSampler: no seeds to sample from")
+        self.tasks, self.seeds = list(tasks), list(seeds)
+        self.rng = np.random.default_rng(seed)
+        self.by_level: dict[str, list[Any]] = collections.defaultdict(list)
+        for t in self.tasks:
+            self.by_level[str(getattr(t, "difficulty", "any"))].append(t)
+        if ratio:
+            missing = [d for d, w in ratio.items() if w > 0 and d not in self.by_level]
+            if missing:
+                raise ValueError(f"TaskSampler ratio names difficulties {missing} that no task has; "
+                                 f"present: {sorted(self.by_level)}")
+        self.ratio = {d: w for d, w in (ratio or {}).items() if w > 0}
+
+    def __iter__(self) -> Iterator[tuple[Any, int]]:
+        return self
+
+    def __next__(self) -> tuple[Any, int]:
+        if self.ratio:
+            levels = sorted(self.ratio)
+            p = np.asarray([self.ratio[d] for d in levels], np.float64)
+            level = levels[self.rng.choice(len(levels), p=p / p.sum())]
+            pool = self.by_level[level]
+        else:
+            pool = self.tasks
+        task = pool[self.rng.integers(len(pool))]
+        return task, int(self.seeds[self.rng.integers(len(self.seeds))])
+
+
+@dataclasses.dataclass(frozen=True)
+class HorizonSchedule:
+    """Max steps for a task at an iteration: per-difficulty values win, else the last schedule entry whose
+    start iteration has been reached, else `default`."""
+
+    default: int = 15
+    per_difficulty: tuple[tuple[str, int], ...] = ()  # (("easy", 10), ("medium", 20), ("hard", 30))
+    schedule: tuple[tuple[int, int], ...] = ()  # ((0, 15), (100, 30)): from iteration 100 on, 30 steps
+
+    def max_steps(self, task: Any, iteration: int) -> int:
+        level = getattr(task, "difficulty", None)
+        table = dict(self.per_difficulty)
+        if level in table:
+            return int(table[level])
+        steps = self.default
+        for start, value in sorted(self.schedule):
+            if iteration >= start:
+                steps = value
+        return int(steps)
+
+
+class ReplayBuffer(Generic[T]):
+    """Samples of the last `max_iterations` iterations; `draw(n)` weights an item by (age + 1) ** -power."""
+
+    def __init__(self, max_iterations: int = 4, power: float = 1.0, seed: int = 0):
+        if max_iterations < 1:
+            raise ValueError("ReplayBuffer.max_iterations must be >= 1")
+        self.power = power
+        self.iterations: collections.deque[list[T]] = collections.deque(maxlen=max_iterations)
+        self.rng = np.random.default_rng(seed)
+
+    def add_iteration(self, items: Sequence[T]) -> None:
+        self.iterations.append(list(items))
+
+    def __len__(self) -> int:
+        return sum(len(it) for it in self.iterations)
+
+    def draw(self, n: int) -> list[T]:
+        """n items with replacement, newest iterations most likely."""
+        items, weights = [], []
+        for age, it in enumerate(reversed(self.iterations)):
+            items += it
+            weights += [(age + 1.0) ** -self.power] * len(it)
+        if not items:
+            return []
+        p = np.asarray(weights) / np.sum(weights)
+        return [items[i] for i in self.rng.choice(len(items), size=n, p=p)]

@@ -1,0 +1,129 @@
+"""The agent loop on real Chromium (MiniWoB++) with a real JaxEngine: token in, token out, masks,
+context strategies and termination reasons."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from agent_fixtures import ENV, RecordingEngine, pool_and_engine, tiny_policy
+from envs import get_suite
+from jaxwebrl.agent import AgentConfig, Message, PromptRenderer, run_episode
+from jaxwebrl.agent.context import COMPRESSED
+from jaxwebrl.data.samples import build_samples
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    return tiny_policy(tmp_path_factory.mktemp("policy"))
+
+
+@pytest.fixture(scope="module")
+def suite():
+    s = get_suite("miniwob", tasks=["click-button", "click-link"]).start()
+    yield s
+    s.stop()
+
+
+def _play(policy, suite, agent: AgentConfig, episodes: int = 1):
+    cfg, params, tok = policy
+
+    async def go():
+        async with pool_and_engine(cfg, params, tok) as (pool, engine):
+            rec = RecordingEngine(engine)
+            task = suite.get_task(suite.task_ids("train")[0])
+            results = []
+            for i in range(episodes):
+                env = await pool.new_env(ENV)
+                try:
+                    results.append(await run_episode(env, rec, tok, task, seed=i, cfg=agent, sample_seed=i + 1))
+                finally:
+                    await env.close()
+            return results, rec.calls
+
+    return asyncio.run(go())
+
+
+def test_renderer_splices_response_ids_verbatim(policy):
+    _, _, tok = policy
+    r = PromptRenderer(tok)
+    odd = tuple(tok.encode("click('1')", add_special_tokens=False))[::-1]  # ids no tokenizer would produce
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    msgs = [Message("system", "s"), Message("user", "u1"), Message("assistant", "?", odd + (end,)), Message("user", "u2")]
+    out = r.render(msgs)
+    start = len(out.pieces[0])
+    assert out.ids[start:start + len(odd) + 1] == list(odd) + [end]
+    # the template's own end-of-turn after the response is not duplicated
+    assert out.ids[start + len(odd) + 1] != end
+    assert out.ids == out.pieces[0] + list(odd) + [end] + out.pieces[1]
+
+
+def test_compress_past_token_in_token_out_over_turns(policy, suite):
+    agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=3, max_format_errors=10,
+                        max_new_tokens=6, max_context_tokens=4096, temperature=1.0)
+    (result,), calls = _play(policy, suite, agent)
+    traj = result.trajectory
+    assert len(traj.turns) == 3 and traj.termination in ("max_steps", "done")
+    for turn, (prompt, gen) in zip(traj.turns, calls):
+        assert turn.prompt_ids == prompt
+        assert turn.response_ids == gen.token_ids  # exactly the sampled ids
+        assert turn.response_logprobs == gen.logprobs
+    # Compression: the last prompt shows earlier observations as the placeholder, the first did not.
+    _, _, tok = policy
+    last_prompt = tok.decode(traj.turns[-1].prompt_ids)
+    assert last_prompt.count(COMPRESSED) == 2
+    assert COMPRESSED not in tok.decode(traj.turns[0].prompt_ids)
+    # Trajectory-level sample = last (compressed) context + last response; mask covers exactly responses.
+    (sample,) = build_samples([traj], per="trajectory", norm="webagent_r1")
+    np.testing.assert_array_equal(sample.tokens, traj.turns[-1].prompt_ids + traj.turns[-1].response_ids)
+    trained = sample.tokens[sample.loss_mask == 1].tolist()
+    assert trained == sum((t.response_ids for t in traj.turns), [])
+    # every response sits in the sequence where the mask is 1, in order, on the compressed context
+    pos = 0
+    for t in traj.turns:
+        hist = len(t.history_ids)
+        assert sample.loss_mask[pos:pos + hist].sum() == 0
+        pos += hist
+        assert sample.tokens[pos:pos + len(t.response_ids)].tolist() == t.response_ids
+        assert sample.loss_mask[pos:pos + len(t.response_ids)].all()
+        pos += len(t.response_ids)
+    assert pos == len(sample.tokens)
+    # Per-turn samples use the exact rollout contexts instead.
+    per_turn = build_samples([traj], per="turn", norm="per_turn")
+    for s, t in zip(per_turn, traj.turns):
+        assert s.tokens.tolist() == t.prompt_ids + t.response_ids
+
+
+@pytest.mark.parametrize("strategy", ["current_plus_history", "memory", "last_k_screenshots"])
+def test_other_strategies_record_exact_contexts(policy, suite, strategy):
+    agent = AgentConfig(strategy=strategy, prompt_format={"memory": "webgym", "current_plus_history": "browseragent",
+                                                          "last_k_screenshots": "openwebrl"}[strategy],
+                        max_steps=2, max_format_errors=10, max_new_tokens=4, max_context_tokens=4096)
+    (result,), calls = _play(policy, suite, agent)
+    traj = result.trajectory
+    assert len(traj.turns) == 2
+    for turn, (prompt, gen) in zip(traj.turns, calls):
+        assert turn.prompt_ids == prompt and turn.response_ids == gen.token_ids
+    _, _, tok = policy
+    second = tok.decode(traj.turns[1].prompt_ids)
+    if strategy == "current_plus_history":
+        assert "Previous actions:\n1." in second
+    elif strategy == "memory":
+        assert "Memory:" in second and traj.turns[0].response_ids != [] and second.count("Task:") == 1
+    else:
+        assert second.count("Task:") == 1  # one growing conversation
+
+
+def test_termination_reasons(policy, suite):
+    # format_errors: an untrained model never writes a valid <answer>click('..')</answer> three times in a row
+    agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=10, max_format_errors=2,
+                        max_new_tokens=4, max_context_tokens=4096)
+    (r,), _ = _play(policy, suite, agent)
+    assert r.trajectory.termination == "format_errors" and len(r.trajectory.turns) == 2
+    # context_overflow: the first prompt alone exceeds the budget
+    agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=3, max_context_tokens=64,
+                        max_new_tokens=4)
+    (r,), _ = _play(policy, suite, agent)
+    assert r.trajectory.termination == "context_overflow" and r.trajectory.turns == []
