@@ -194,8 +194,8 @@ def train_step(cfg: StepConfig, tx: optax.GradientTransformation, schedule: opta
     grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state["params"])
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
-    metrics["grad_norm"] = optax.global_norm(grads)
-    metrics["update_norm"] = optax.global_norm(updates)
+    metrics["grad_norm"] = optax.tree.norm(grads)
+    metrics["update_norm"] = optax.tree.norm(updates)
     if schedule is not None:
         metrics["lr"] = jnp.asarray(schedule(state["step"]), jnp.float32)
     new = {"params": params, "opt_state": opt_state, "step": state["step"] + 1, "rng": state["rng"]}

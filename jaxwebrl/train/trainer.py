@@ -1,0 +1,231 @@
+"""`Trainer`: the library face of training, used by scripts/train.py and the online RL loop.
+
+It holds the mesh, the sharded train state, the optimizer, the frozen reference params, the checkpoint
+manager and the metrics writer. Two entry points:
+
+- `train_on_batch(batch)`: one optimizer step on a host batch [rows, T] from the Grain pipeline (SFT).
+- `train_on_samples(samples, epochs)`: a rollout batch of `Sample`s -> packed [rows, T_bucket] batches ->
+  old logprobs (engine's, or recomputed once with the pre-update policy) and reference logprobs (once) ->
+  `epochs` passes of optimizer steps (PPO epochs). Returns averaged metrics.
+
+`params` gives the current policy params (for `engine.update_weights`), `save()` checkpoints, `export()`
+writes a HuggingFace directory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from jaxwebrl.data.pipeline import Batch, DataIterator, bucket_length, pack_samples, power_of_two_buckets, to_device
+from jaxwebrl.data.samples import Sample
+from jaxwebrl.models import ModelConfig, export_hf, init_params, load_hf
+from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+from jaxwebrl.sharding import make_mesh
+from jaxwebrl.train.checkpoint import Checkpointer, model_config_to_json
+from jaxwebrl.train.config import checkpoint_dir, model_config_from
+from jaxwebrl.train.losses import LossConfig
+from jaxwebrl.train.metrics import MetricsWriter, mfu, peak_flops_per_chip
+from jaxwebrl.train.optim import make_optimizer
+from jaxwebrl.train.step import (
+    REF_KEY, StepConfig, abstract_state, init_state, make_score_fn, make_train_step, param_shardings,
+)
+
+
+def resolve_model(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> tuple[ModelConfig, Any, str | None]:
+    """(model config, sharded params, tokenizer dir) for config.model.source = hf | tiny | inline."""
+    m = config.model
+    numerics = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, scan_layers=m.scan_layers)
+    if m.source == "inline":
+        cfg = model_config_from(config)
+        sh = param_shardings(cfg, mesh)
+        params = jax.jit(lambda k: init_params(cfg, k), out_shardings=sh)(jax.random.key(config.seed))
+        return cfg, params, None
+    path = m.path
+    if m.source == "tiny":
+        path = path or os.path.join(config.workdir, "tiny_model")
+        if not os.path.isfile(os.path.join(path, "config.json")) and jax.process_index() == 0:
+            shape = dict(m.shape.to_dict()) if m.shape else {}
+            make_tiny_checkpoint(path, tiny_config(m.arch, **shape), seed=config.seed)
+    cfg, params = load_hf(path, mesh=mesh, **numerics)
+    return cfg, params, path
+
+
+def _floats(tree: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in jax.device_get(tree).items()}
+
+
+class Trainer:
+    """See the module docstring. `params`/`model_cfg` may be given directly (tests, the RL loop)."""
+
+    def __init__(self, config: ml_collections.ConfigDict, *, mesh: jax.sharding.Mesh | None = None,
+                 params: Any = None, model_cfg: ModelConfig | None = None, tokenizer_dir: str | None = None,
+                 total_steps: int | None = None, checkpointing: bool = True):
+        self.config = config
+        self.mesh = mesh or make_mesh(config.mesh.to_dict())
+        if params is None:
+            self.model_cfg, params, self.tokenizer_dir = resolve_model(config, self.mesh)
+        else:
+            assert model_cfg is not None, "pass model_cfg with params"
+            self.model_cfg, self.tokenizer_dir = model_cfg, tokenizer_dir
+        self.loss_cfg = LossConfig(**config.loss.to_dict())
+        self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=int(config.train.logits_chunk))
+        self.tx, self.schedule = make_optimizer(config.optim, total_steps or int(config.train.steps))
+        self.accum = int(config.train.accum_steps)
+        self.rows = self.accum * int(config.train.micro_batch)
+        self._step = make_train_step(self.step_cfg, self.tx, self.mesh, self.schedule)
+        self._score = make_score_fn(self.step_cfg, self.mesh)
+        with jax.set_mesh(self.mesh):
+            self.state = init_state(params, self.tx, self.mesh, self.model_cfg, seed=int(config.seed))
+        self.ref_params = self._reference(params) if self.loss_cfg.needs_reference else None
+        del params
+        self.checkpointer = None
+        if checkpointing:
+            ck = config.checkpoint
+            self.checkpointer = Checkpointer(checkpoint_dir(config), keep=int(ck.keep), best_metric=ck.best_metric,
+                                             best_mode=ck.best_mode, async_save=bool(ck.async_save))
+        self.writer = MetricsWriter(config.log.dir or os.path.join(config.workdir, "logs"), bool(config.log.tensorboard))
+        self.data_iterator: DataIterator | None = None
+        self._pending_data_state: dict[str, Any] | None = None
+        self.last_metrics: dict[str, float] = {}
+        self._peak = peak_flops_per_chip(float(config.hardware.peak_flops))
+        if checkpointing and config.checkpoint.resume:
+            self.restore()
+
+    # ---- state -----------------------------------------------------------------------------------
+
+    @property
+    def params(self) -> Any:
+        return self.state["params"]
+
+    @property
+    def step(self) -> int:
+        return int(jax.device_get(self.state["step"]))
+
+    def _reference(self, params: Any) -> Any:
+        """Frozen reference params, sharded like the policy: config.model.ref_path or a copy of the start."""
+        if self.config.model.ref_path:
+            _, ref = load_hf(self.config.model.ref_path, mesh=self.mesh, dtype=self.model_cfg.dtype,
+                             param_dtype=self.model_cfg.param_dtype)
+            return ref
+        return jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_shardings(self.model_cfg, self.mesh))(params)
+
+    def attach_data(self, iterator: DataIterator) -> None:
+        """Save this iterator's state with every checkpoint (and restore it if we resumed)."""
+        self.data_iterator = iterator
+        if self._pending_data_state:
+            iterator.set_state(self._pending_data_state)
+            self._pending_data_state = None
+
+    # ---- steps -----------------------------------------------------------------------------------
+
+    def _prepare(self, host: Batch, has_old: bool) -> tuple[dict[str, jax.Array], dict[str, float]]:
+        """Device batch with old logprobs (recomputed when configured or missing) and reference logprobs."""
+        dev = to_device(host, self.mesh, self.accum)
+        extra: dict[str, float] = {}
+        with jax.set_mesh(self.mesh):
+            if self.loss_cfg.kind == "grpo" and (self.config.train.old_logprobs == "recompute" or not has_old):
+                engine = dev["old_logprobs"]
+                dev["old_logprobs"] = self._score(self.params, dev)
+                if has_old:  # sampler-vs-trainer mismatch: |engine - trainer| logprob on trained tokens
+                    m = dev["loss_mask"].astype(jnp.float32)
+                    diff = (m * jnp.abs(engine - dev["old_logprobs"])).sum() / jnp.maximum(m.sum(), 1.0)
+                    extra["logprob_mismatch"] = float(diff)
+            if self.ref_params is not None:
+                dev[REF_KEY] = self._score(self.ref_params, dev)
+        return dev, extra
+
+    def _run(self, dev: dict[str, jax.Array], real_tokens: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        with jax.set_mesh(self.mesh):
+            self.state, m = self._step(self.state, dev)
+        out = _floats(m)
+        dt = time.perf_counter() - t0
+        seq_len = dev["tokens"].shape[-1]
+        out["step_time_s"] = dt
+        out["tokens_per_s"] = real_tokens / dt
+        out["mfu"] = mfu(out["tokens_per_s"], self.model_cfg.flops_per_token(seq_len), self.mesh.devices.size, self._peak)
+        return out
+
+    def train_on_batch(self, batch: Batch, has_old_logprobs: bool = True) -> dict[str, float]:
+        """One optimizer step on a host batch [rows, T] (rows = accum_steps * micro_batch)."""
+        dev, extra = self._prepare(batch, has_old_logprobs)
+        out = self._run(dev, int((np.asarray(batch["segment_ids"]) > 0).sum()))
+        out.update(extra)
+        self.last_metrics = out
+        return out
+
+    def train_on_samples(self, samples: Sequence[Sample], epochs: int | None = None) -> dict[str, float]:
+        """PPO-style update on one rollout batch; see the module docstring. Returns mean metrics."""
+        if not samples:
+            raise ValueError("train_on_samples got no samples (all filtered out?)")
+        epochs = int(epochs or self.config.train.epochs)
+        max_len = int(self.config.train.seq_len)
+        seq_len = bucket_length(max(len(s) for s in samples), power_of_two_buckets(max_len, min(128, max_len)))
+        key = jax.random.fold_in(jax.random.wrap_key_data(jax.device_get(self.state["rng"])), self.step)
+        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+        host = pack_samples(samples, seq_len, self.rows, seed=seed, mode=self.config.data.mode)
+        has_old = all(s.has_old_logprobs for s in samples)
+        prepared = [self._prepare(b, has_old) for b in host]  # old/ref logprobs with the pre-update policy
+        real = [int((b["segment_ids"] > 0).sum()) for b in host]
+        rng = np.random.default_rng(seed)
+        history: list[dict[str, float]] = []
+        for _ in range(epochs):
+            for i in rng.permutation(len(prepared)):
+                dev, extra = prepared[i]
+                m = self._run(dev, real[i])
+                m.update(extra)
+                history.append(m)
+        out = {k: float(np.mean([h[k] for h in history if k in h])) for k in history[0]}
+        out.update(optimizer_steps=len(history), samples=len(samples), seq_len=seq_len,
+                   staleness=float(np.mean([self.step - s.policy_version for s in samples])))
+        self.last_metrics = out
+        return out
+
+    # ---- checkpoints, export, logs -----------------------------------------------------------------
+
+    def meta(self) -> dict[str, Any]:
+        return {"model": model_config_to_json(self.model_cfg), "tokenizer_dir": self.tokenizer_dir,
+                "recipe": self.config.recipe, "step": self.step}
+
+    def save(self, force: bool = False) -> bool:
+        if self.checkpointer is None:
+            return False
+        data = self.data_iterator.get_state() if self.data_iterator is not None else None
+        metrics = {k: v for k, v in self.last_metrics.items() if np.isfinite(v)} or None
+        return self.checkpointer.save(self.step, self.state, data, self.meta(), metrics, force=force)
+
+    def maybe_save(self) -> bool:
+        every = int(self.config.checkpoint.every)
+        return bool(every) and self.step % every == 0 and self.save()
+
+    def restore(self, step: int | None = None) -> int:
+        """Restore state (into this mesh's shardings) and the data iterator state; returns the step."""
+        assert self.checkpointer is not None
+        abstract = abstract_state(self.model_cfg, self.tx, self.mesh)
+        self.state, data, _ = self.checkpointer.restore(abstract, step)
+        if data:
+            if self.data_iterator is not None:
+                self.data_iterator.set_state(data)
+            else:
+                self._pending_data_state = data
+        return self.step
+
+    def export(self, out_dir: str | None = None, dtype: str | None = None) -> str:
+        out = out_dir or os.path.join(self.config.checkpoint.export_dir or os.path.join(self.config.workdir, "hf"), f"step_{self.step}")
+        export_hf(self.model_cfg, self.params, out, tokenizer_dir=self.tokenizer_dir, dtype=dtype)
+        return str(out)
+
+    def log(self, metrics: dict[str, float] | None = None) -> None:
+        self.writer.write(self.step, metrics or self.last_metrics)
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        self.writer.close()
