@@ -262,9 +262,15 @@ class BrowserPool:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(slot.browser.close(), 5)
             return
+        browser = slot.browser
         for pid in self.browser_pids(index):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # wait for the disconnect (which starts the relaunch) so callers never see the dead browser as ready
+        for _ in range(200):
+            if browser is None or slot.browser is not browser:
+                break
+            await asyncio.sleep(0.05)
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Wait until every browser is up (after a crash)."""

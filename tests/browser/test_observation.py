@@ -1,0 +1,76 @@
+"""Observations: a11y line format, simplified HTML, predictable budget truncation, screenshots with and
+without set-of-marks, metadata (url, tabs, scroll, focused element, viewport)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from jaxwebrl.browser import EnvConfig, ObsConfig
+from jaxwebrl.browser.observation import truncate
+from tests.browser.conftest import find_id, pg_task
+
+pytestmark = pytest.mark.timeout(120)
+LINE = re.compile(r"^\t*\[\d+\] \S+ (?:'.*'|\".*\")(?: \w+: .+)*$")
+
+
+def test_text_observations_and_budget(runner, pool, sites):
+    async def go():
+        cfg = EnvConfig(obs=ObsConfig(text_mode="both", text_budget_chars=100_000))
+        async with pool.episode(sites.get_task("shop_007"), 0, cfg) as (env, obs):
+            ax, html = obs.axtree, obs.html
+            lines = ax.split("\n")
+            assert lines[0].startswith("RootWebArea ")
+            assert all(LINE.match(line) for line in lines[1:]), [x for x in lines[1:] if not LINE.match(x)]
+            assert any(re.search(r"\[\d+\] searchbox 'Search products' required: False", x) for x in lines)
+            assert re.search(r'<input id="\d+" type="search"', html) and html.startswith("<html>")
+            # budget: same cut every time, at a line boundary, with a marker
+            small = EnvConfig(obs=ObsConfig(text_mode="axtree", text_budget_chars=300))
+            r1 = await env.step("```scroll [up]```")
+            t1, trunc = truncate(r1.observation.axtree or ax, 300)
+            assert trunc and len(t1) <= 300 and t1.endswith(" lines]")
+            assert t1 == truncate(r1.observation.axtree or ax, 300)[0]
+        async with pool.episode(sites.get_task("shop_007"), 0, small) as (env, obs):
+            assert obs.truncated and len(obs.text) <= 300 and "[... truncated: showing" in obs.text
+            assert obs.text.split("\n")[:-1] == ax.split("\n")[: len(obs.text.split("\n")) - 1]
+
+    runner.run(go())
+
+
+def test_screenshot_som_and_metadata(runner, pool, sites):
+    async def go():
+        plain_cfg = EnvConfig(obs=ObsConfig(text_mode="axtree", screenshot=True))
+        som_cfg = EnvConfig(obs=ObsConfig(text_mode="none", screenshot=True, set_of_marks=True), viewport=(1024, 640))
+        async with pool.episode(pg_task(sites), 0, plain_cfg) as (env, obs):
+            plain = obs.screenshot
+            m = obs.metadata
+            assert m.url == sites.urls["playground"] + "/" and m.title == "Playground" and m.viewport == (1280, 720)
+            assert m.tabs == [{"index": 0, "url": m.url, "active": True, "title": "Playground"}] and m.focused is None
+            r = await env.step(f"```click [{find_id(obs, 'textbox', 'Query')}]```")
+            assert r.observation.metadata.focused.endswith("textbox 'Query'")
+            r = await env.step("```scroll [down]```")
+            assert r.observation.metadata.scroll[1] > 0 and r.observation.metadata.page_size[1] > 3000
+            assert "URL: " in r.observation.metadata.to_text() and "Focused:" in r.observation.metadata.to_text()
+        async with pool.episode(pg_task(sites), 0, som_cfg) as (env, obs):
+            assert obs.screenshot[:4] == b"\x89PNG" and obs.screenshot != plain
+            assert obs.metadata.viewport == (1024, 640)
+            # the overlay is removed after the screenshot and never marked
+            assert await env.session.page.locator("#__jaxwebrl_som").count() == 0
+            inview = [e for e in obs.elements if e.interactive and e.in_viewport]
+            assert inview and all(e.bbox[2] > 0 for e in inview)
+
+    runner.run(go())
+
+
+def test_hidden_elements_are_marked_but_not_shown(runner, pool, sites):
+    async def go():
+        async with pool.episode(pg_task(sites), 0, EnvConfig()) as (env, obs):
+            await env.session.page.evaluate(
+                "() => { const b = document.createElement('button'); b.textContent = 'Ghost';"
+                " b.style.visibility = 'hidden'; document.body.prepend(b); }")
+            r = await env.step("```scroll [up]```")
+            ghost = [e for e in r.observation.elements if e.name == "Ghost"]
+            assert ghost and not ghost[0].visible and "Ghost" not in r.observation.text
+
+    runner.run(go())
