@@ -14,6 +14,8 @@ writes a HuggingFace directory.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import time
 from typing import Any, Sequence
@@ -57,6 +59,14 @@ def resolve_model(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) ->
     return cfg, params, path
 
 
+@functools.lru_cache(maxsize=16)
+def _compiled_fns(step_cfg: StepConfig, optim_json: str, total_steps: int, mesh: jax.sharding.Mesh) -> tuple[Any, ...]:
+    """(tx, schedule, train step, score fn), shared by Trainers with the same setup so a process that
+    rebuilds its Trainer (resume, the RL loop) compiles each program once."""
+    tx, schedule = make_optimizer(ml_collections.ConfigDict(json.loads(optim_json)), total_steps)
+    return tx, schedule, make_train_step(step_cfg, tx, mesh, schedule), make_score_fn(step_cfg, mesh)
+
+
 def _floats(tree: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in jax.device_get(tree).items()}
 
@@ -76,11 +86,10 @@ class Trainer:
             self.model_cfg, self.tokenizer_dir = model_cfg, tokenizer_dir
         self.loss_cfg = LossConfig(**config.loss.to_dict())
         self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=int(config.train.logits_chunk))
-        self.tx, self.schedule = make_optimizer(config.optim, total_steps or int(config.train.steps))
+        self.tx, self.schedule, self._step, self._score = _compiled_fns(
+            self.step_cfg, config.optim.to_json(sort_keys=True), total_steps or int(config.train.steps), self.mesh)
         self.accum = int(config.train.accum_steps)
         self.rows = self.accum * int(config.train.micro_batch)
-        self._step = make_train_step(self.step_cfg, self.tx, self.mesh, self.schedule)
-        self._score = make_score_fn(self.step_cfg, self.mesh)
         with jax.set_mesh(self.mesh):
             self.state = init_state(params, self.tx, self.mesh, self.model_cfg, seed=int(config.seed))
         self.ref_params = self._reference(params) if self.loss_cfg.needs_reference else None

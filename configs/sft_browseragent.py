@@ -1,0 +1,30 @@
+"""BrowserAgent SFT (and RFT with data.kind='trajectories': keep tasks with 0 < #correct < 4, the longest
+correct rollout): lr 5e-6 SFT (1e-6 RFT), 2 epochs, per-step samples (question, current observation,
+previous actions and conclusions) -> (think, conclusion, action)."""
+
+from jaxwebrl.train.config import default_config
+
+
+def get_config():
+    c = default_config()
+    c.recipe = "browseragent"
+    c.workdir = "runs/sft_browseragent"
+    c.model.source = "hf"
+    c.model.path = "checkpoints/Qwen2.5-7B-Instruct"
+    c.model.dtype = "bfloat16"
+    c.model.remat = True
+    c.data.kind = "sft"
+    c.data.demo = False
+    c.data.train_files = "data/browseragent_sft.jsonl"
+    c.data.per = "turn"
+    c.data.norm = "token_mean"
+    c.train.steps = 2000  # ~2 epochs of the set; set from its size
+    c.train.seq_len = 8192
+    c.train.micro_batch = 16
+    c.train.accum_steps = 4
+    c.train.logits_chunk = 1024
+    c.loss.kind = "sft"
+    c.optim.lr = 5e-6
+    c.optim.schedule = "warmup_cosine"
+    c.optim.warmup_ratio = 0.03
+    return c

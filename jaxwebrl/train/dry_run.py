@@ -1,0 +1,68 @@
+"""Ahead-of-time lowering of the full-size train step: memory and FLOPs without allocating weights."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import ml_collections
+
+from jaxwebrl.models import ModelConfig, read_hf_config
+from jaxwebrl.models.tiny import tiny_config
+from jaxwebrl.sharding import make_mesh
+from jaxwebrl.train.config import model_config_from, validate_config
+from jaxwebrl.train.losses import LossConfig
+from jaxwebrl.train.optim import make_optimizer
+from jaxwebrl.train.step import StepConfig, lower_train_step
+
+
+def dry_run_model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+    m = config.model
+    if m.source == "inline":
+        return model_config_from(config)
+    if m.source == "tiny":
+        shape = dict(m.shape.to_dict()) if m.shape else {}
+        base = tiny_config(m.arch, **shape)
+        return base.replace(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, scan_layers=m.scan_layers)
+    return ModelConfig.from_hf(read_hf_config(m.path), dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
+                               scan_layers=m.scan_layers)
+
+
+def dry_run(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """Compile the step on the devices that exist; return per-device memory (bytes) and step FLOPs."""
+    sizes = validate_config(config, len(jax.devices()), check_paths=False)
+    mesh = make_mesh(sizes)
+    mc = dry_run_model_config(config)
+    tx, sched = make_optimizer(config.optim, int(config.train.steps))
+    cfg = StepConfig(mc, LossConfig(**config.loss.to_dict()), logits_chunk=int(config.train.logits_chunk))
+    A, mb, T = int(config.train.accum_steps), int(config.train.micro_batch), int(config.train.seq_len)
+    compiled = lower_train_step(cfg, tx, mesh, A, mb, T, sched)
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    flops = float((cost or {}).get("flops", 0.0))
+    tokens = A * mb * T
+    out = {
+        "devices": len(jax.devices()), "device_kind": jax.devices()[0].device_kind, "mesh": dict(sizes),
+        "params": mc.num_params(), "layers": mc.num_layers, "batch": [A, mb, T], "tokens_per_step": tokens,
+        "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
+        "temp_bytes": int(mem.temp_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
+        "generated_code_bytes": int(mem.generated_code_size_in_bytes),
+        "xla_flops_per_device": flops,
+        "model_flops_per_step": mc.flops_per_token(T) * tokens,
+    }
+    out["peak_bytes_estimate"] = out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"] + out["temp_bytes"]
+    return out
+
+
+def format_report(r: dict[str, Any]) -> str:
+    gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
+    return "\n".join([
+        f"dry run: {r['params'] / 1e9:.2f}B params, {r['layers']} layers, batch [accum, micro, T] = {r['batch']}",
+        f"  devices {r['devices']} x {r['device_kind']}, mesh {r['mesh']}",
+        f"  per device: arguments {gib(r['argument_bytes'])}, outputs {gib(r['output_bytes'])} "
+        f"(aliased {gib(r['alias_bytes'])}), temporaries {gib(r['temp_bytes'])}, peak ~{gib(r['peak_bytes_estimate'])}",
+        f"  step FLOPs (XLA cost analysis, per device): {r['xla_flops_per_device']:.3e}; "
+        f"model FLOPs per step (6N + attention, all devices): {r['model_flops_per_step']:.3e}",
+    ])
