@@ -1,0 +1,93 @@
+"""Greedy evaluation of a policy on held-out task instances: per-task success with a confidence interval."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from typing import Any, Sequence
+
+from jaxwebrl.agent.episode import AgentConfig, EpisodeResult, run_episode
+from jaxwebrl.agent.limits import OperationLimits
+from jaxwebrl.agent.render import PromptRenderer
+from jaxwebrl.browser.config import EnvConfig
+from jaxwebrl.browser.pool import BrowserPool
+from jaxwebrl.engines.base import Engine
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate (sound for small n and rates near 0 or 1)."""
+    if n == 0:
+        return 0.0, 0.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclasses.dataclass
+class EvalReport:
+    """Success per task and overall, with episode counts and 95% intervals."""
+
+    per_task: dict[str, tuple[int, int]]  # task -> (successes, episodes)
+    terminations: dict[str, int]
+    mean_steps: float
+
+    @property
+    def successes(self) -> int:
+        return sum(s for s, _ in self.per_task.values())
+
+    @property
+    def episodes(self) -> int:
+        return sum(n for _, n in self.per_task.values())
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / max(1, self.episodes)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.successes, self.episodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        lo, hi = self.interval
+        return {"success_rate": self.success_rate, "ci_low": lo, "ci_high": hi, "episodes": self.episodes,
+                "per_task": {k: {"successes": s, "episodes": n} for k, (s, n) in self.per_task.items()},
+                "terminations": self.terminations, "mean_steps": self.mean_steps}
+
+
+async def evaluate(
+    engine: Engine,
+    tokenizer: Any,
+    pool: BrowserPool,
+    env_config: EnvConfig,
+    tasks: Sequence[Any],
+    seeds: Sequence[int],
+    agent: AgentConfig,
+    concurrency: int = 4,
+) -> EvalReport:
+    """Play every (task, seed) once with greedy decoding; `concurrency` episodes at a time."""
+    agent = dataclasses.replace(agent, greedy=True, temperature=0.0)
+    renderer, limits = PromptRenderer(tokenizer), OperationLimits()
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(task: Any, seed: int) -> tuple[str, EpisodeResult]:
+        async with sem:
+            env = await pool.new_env(env_config)
+            try:
+                return task.task_id, await run_episode(env, engine, tokenizer, task, seed, agent,
+                                                       renderer=renderer, limits=limits)
+            finally:
+                await env.close()
+
+    results = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
+    per_task: dict[str, list[int]] = {}
+    terms: dict[str, int] = {}
+    steps = []
+    for task_id, r in results:
+        s, n = per_task.setdefault(task_id, [0, 0])
+        per_task[task_id] = [s + int(r.success), n + 1]
+        terms[r.trajectory.termination] = terms.get(r.trajectory.termination, 0) + 1
+        steps.append(len(r.trajectory.turns))
+    return EvalReport({k: (v[0], v[1]) for k, v in per_task.items()}, terms, sum(steps) / max(1, len(steps)))

@@ -1,0 +1,212 @@
+"""The online RL loop: collect -> reward -> advantages/filters -> samples -> train -> weight sync -> repeat.
+
+One `OnlineRL` owns the browser pool, the engine and the collector for a run; the `Trainer` (jaxwebrl.train)
+owns params, optimizer, checkpoints and metrics files. Groups arrive from the collector as each finishes (no
+barrier); an iteration trains once it holds `rollout.groups_per_iteration` accepted groups. After each
+update the engine gets the new params and a new policy version, so later tokens are stamped with it and the
+collector's off-policy limit can drop groups that are too old. Greedy evaluation on held-out seeds runs every
+`rl.eval_every` iterations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from typing import Any, AsyncIterator, Callable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxwebrl.agent.episode import AgentConfig
+from jaxwebrl.browser.config import EnvConfig, ObsConfig, PoolConfig
+from jaxwebrl.browser.pool import BrowserPool
+from jaxwebrl.engines.factory import make_engine
+from jaxwebrl.models import load_tokenizer
+from jaxwebrl.recipes.evaluate import EvalReport, evaluate
+from jaxwebrl.recipes.recipes import get_recipe, make_samples
+from jaxwebrl.rollout.collector import Collector, Group, RolloutConfig
+from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
+
+
+def _pairs(spec: str, cast: Callable[[str], Any] = float) -> dict[str, Any]:
+    """'easy:2,medium:5' -> {'easy': 2.0, 'medium': 5.0}."""
+    out = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        key, _, value = item.partition(":")
+        out[key.strip()] = cast(value)
+    return out
+
+
+def _names(spec: str) -> list[str]:
+    return [s.strip() for s in spec.split(",") if s.strip()]
+
+
+def env_config_from(cfg: Any) -> EnvConfig:
+    e = cfg.env
+    return EnvConfig(action_space=e.action_space,
+                     obs=ObsConfig(text_mode=e.text_mode, text_budget_chars=int(e.text_budget_chars)),
+                     step_timeout_s=float(e.step_timeout_s), episode_timeout_s=float(e.episode_timeout_s))
+
+
+def agent_config_from(cfg: Any) -> AgentConfig:
+    a = cfg.agent
+    return AgentConfig(strategy=a.strategy, prompt_format=a.prompt_format, max_steps=int(a.max_steps),
+                       max_context_tokens=int(a.max_context_tokens), max_new_tokens=int(a.max_new_tokens),
+                       max_format_errors=int(a.max_format_errors), last_k=int(a.last_k),
+                       temperature=float(a.temperature), top_p=float(a.top_p),
+                       episode_timeout_s=float(cfg.env.episode_timeout_s))
+
+
+def rollout_config_from(cfg: Any) -> RolloutConfig:
+    r = cfg.rollout
+    limits = tuple((op, int(getattr(r, f"limit_{op}"))) for op in ("navigate", "execute", "evaluate", "generate")
+                   if int(getattr(r, f"limit_{op}")) > 0)
+    return RolloutConfig(group_size=int(r.group_size), mode=r.mode, max_concurrent_groups=int(r.max_concurrent_groups),
+                         max_policy_lag=int(r.max_policy_lag), limits=limits)
+
+
+def make_suite(cfg: Any) -> Any:
+    from envs import get_suite
+
+    kwargs = {"tasks": _names(cfg.env.tasks)} if cfg.env.tasks else {}
+    return get_suite(cfg.env.suite, **kwargs).start()
+
+
+def split_tasks(suite: Any, cfg: Any) -> tuple[list[Any], list[int], list[Any], list[int]]:
+    """(train tasks, train seeds, eval tasks, eval seeds): held-out seeds always; held-out tasks if named."""
+    train_ids = suite.task_ids("all") if cfg.env.tasks else suite.task_ids("train")
+    eval_ids = _names(cfg.env.eval_tasks) or train_ids
+    train = [suite.get_task(t) for t in train_ids]
+    held_out = [suite.get_task(t if "." in t else f"{suite.name}.{t}") for t in eval_ids]
+    return (train, suite.seeds("train", int(cfg.env.train_seeds)), held_out,
+            suite.seeds("test", int(cfg.env.eval_seeds)))
+
+
+def episode_metrics(groups: list[Group]) -> dict[str, float]:
+    trajs = [t for g in groups for t in g.trajectories]
+    if not trajs:
+        return {}
+    terms = collections.Counter(t.termination for t in trajs)
+    turns = [len(t.turns) for t in trajs]
+    resp = [len(turn.response_ids) for t in trajs for turn in t.turns]
+    out = {
+        "rollout/success_rate": float(np.mean([bool(t.metadata.get("success")) for t in trajs])),
+        "rollout/reward": float(np.mean([t.reward for t in trajs])),
+        "rollout/episode_len": float(np.mean(turns)),
+        "rollout/tokens_per_turn": float(np.mean(resp)) if resp else 0.0,
+        "rollout/episodes": float(len(trajs)),
+    }
+    out.update({f"rollout/termination/{k}": v / len(trajs) for k, v in terms.items()})
+    return out
+
+
+@dataclasses.dataclass
+class IterationLog:
+    iteration: int
+    metrics: dict[str, float]
+    eval: dict[str, Any] | None = None
+
+
+class OnlineRL:
+    """One online RL run. `async with OnlineRL(cfg, trainer) as rl: await rl.run()`."""
+
+    def __init__(self, cfg: Any, trainer: Any, progress: bool = True):
+        self.cfg, self.trainer, self.progress = cfg, trainer, progress
+        self.recipe = get_recipe(cfg.recipe)
+        self.tokenizer = load_tokenizer(trainer.tokenizer_dir)
+        self.env_cfg, self.agent_cfg = env_config_from(cfg), agent_config_from(cfg)
+        self.rollout_cfg = rollout_config_from(cfg)
+        self.horizon = HorizonSchedule(default=int(cfg.agent.max_steps),
+                                       per_difficulty=tuple(_pairs(cfg.rollout.horizon_per_difficulty, int).items()))
+        self.replay: ReplayBuffer | None = (
+            ReplayBuffer(int(cfg.rollout.replay_iterations), float(cfg.rollout.replay_power), seed=int(cfg.seed))
+            if int(cfg.rollout.replay_iterations) > 0 else None
+        )
+        self.history: list[IterationLog] = []
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> "OnlineRL":
+        cfg = self.cfg
+        self.suite = make_suite(cfg)
+        self._stack.callback(self.suite.stop)
+        self.train_tasks, self.train_seeds, self.eval_tasks, self.eval_seeds = split_tasks(self.suite, cfg)
+        pool_cfg = PoolConfig(num_browsers=int(cfg.env.num_browsers), contexts_per_browser=int(cfg.env.contexts_per_browser))
+        self.pool = await self._stack.enter_async_context(BrowserPool(pool_cfg, self.env_cfg))
+        self.version = self.trainer.step
+        self.engine = make_engine(cfg.engine, params=self.trainer.params, model_cfg=self.trainer.model_cfg,
+                                  tokenizer=self.tokenizer, version=self.version)
+        self._stack.push_async_callback(self.engine.close)
+        self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg,
+                                   self.rollout_cfg, policy_version=lambda: self.version)
+        self.sampler = TaskSampler(self.train_tasks, self.train_seeds, ratio=_pairs(cfg.env.difficulty_ratio) or None,
+                                   seed=int(cfg.seed) + self.version)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._stack.aclose()
+
+    def _agent_for(self, iteration: int) -> Callable[[Any], AgentConfig]:
+        return lambda task: dataclasses.replace(self.agent_cfg, max_steps=self.horizon.max_steps(task, iteration))
+
+    async def evaluate(self, tasks: list[Any] | None = None, seeds: list[int] | None = None) -> EvalReport:
+        return await evaluate(self.engine, self.tokenizer, self.pool, self.env_cfg, tasks or self.eval_tasks,
+                              seeds or self.eval_seeds, self.agent_cfg,
+                              concurrency=self.pool.config.capacity)
+
+    async def iteration(self, it: int) -> IterationLog:
+        """Collect one batch of groups, train on it, sync weights."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        accept = self.recipe.accept if bool(cfg.train.dynamic_sampling) else (lambda g: True)
+        groups, stats = await self.collector.collect(
+            self.sampler, num_groups=int(cfg.rollout.groups_per_iteration), accept=accept,
+            max_groups=int(cfg.rollout.max_groups_per_iteration) or None, agent_for=self._agent_for(it))
+        t_rollout = time.perf_counter() - t0
+        trajs = [t for g in groups for t in g.trajectories]
+        prepared, samples = make_samples(self.recipe, trajs, cfg)
+        if self.replay is not None:
+            self.replay.add_iteration(samples)
+            samples = self.replay.draw(max(len(samples), int(cfg.rollout.replay_samples)))
+        metrics = episode_metrics(groups)
+        metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/groups_rejected": float(stats.rejected),
+                        "rollout/groups_stale": float(stats.dropped_stale), "time/rollout_s": t_rollout})
+        metrics.update({f"time/{k}_s": v for k, v in stats.time.items()})
+        t1 = time.perf_counter()
+        if samples:
+            train_metrics = await asyncio.to_thread(self.trainer.train_on_samples, samples)
+            metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
+            self.version = self.trainer.step
+            await self.engine.update_weights(self.trainer.params, self.version)
+        metrics["time/train_s"] = time.perf_counter() - t1
+        metrics["policy_version"] = float(self.version)
+        metrics["train/samples_used"] = float(len(samples))
+        log = IterationLog(it, metrics)
+        every = int(cfg.rl.eval_every)
+        if every and (it + 1) % every == 0:
+            report = await self.evaluate()
+            log.eval = report.to_dict()
+            metrics["eval/success_rate"] = report.success_rate
+        self.trainer.log(metrics)
+        self.trainer.maybe_save()
+        self.history.append(log)
+        return log
+
+    async def run(self, iterations: int | None = None) -> list[IterationLog]:
+        n = int(iterations if iterations is not None else self.cfg.rl.iterations)
+        start = len(self.history)
+        bar = tqdm(range(start, n), desc=f"{self.recipe.name} RL", disable=not self.progress, unit="iter")
+        for it in bar:
+            log = await self.iteration(it)
+            bar.set_postfix(success=f"{log.metrics.get('rollout/success_rate', 0):.2f}",
+                            loss=f"{log.metrics.get('train/loss', float('nan')):.3f}")
+        return self.history
+
+    def write_history(self, path: str | os.PathLike[str]) -> None:
+        with open(path, "w") as f:
+            for log in self.history:
+                f.write(json.dumps(dataclasses.asdict(log)) + "\n")

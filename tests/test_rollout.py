@@ -1,0 +1,137 @@
+"""Rollout: groups leave as they finish (no barrier), lock-step waits, a killed browser costs only its
+episodes, task sampling, horizons and replay."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import numpy as np
+import pytest
+
+from agent_fixtures import ENV, pool_and_engine, tiny_policy
+from envs import get_suite
+from jaxwebrl.agent import AgentConfig
+from jaxwebrl.browser import BrowserPool, PoolConfig
+from jaxwebrl.engines.jax_engine import JaxEngine
+from jaxwebrl.rollout import Collector, HorizonSchedule, ReplayBuffer, RolloutConfig, TaskSampler
+
+AGENT = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=1, max_format_errors=100,
+                    max_new_tokens=4, max_context_tokens=4096)
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    return tiny_policy(tmp_path_factory.mktemp("policy"))
+
+
+@pytest.fixture(scope="module")
+def suite():
+    s = get_suite("miniwob", tasks=["click-button", "click-link", "click-dialog"]).start()
+    yield s
+    s.stop()
+
+
+def _collect(policy, suite, mode: str):
+    """Group "long" (4 steps) runs beside "short" groups (1 step); returns groups in yield order."""
+    cfg, params, tok = policy
+    long_task, short_a, short_b = (suite.get_task(t) for t in suite.task_ids("all"))
+
+    def agent_for(task):
+        return AGENT.__class__(**{**AGENT.__dict__, "max_steps": 4 if task is long_task else 1})
+
+    async def go():
+        async with pool_and_engine(cfg, params, tok, contexts=6, slots=6) as (pool, engine):
+            col = Collector(pool, engine, tok, ENV, AGENT, RolloutConfig(group_size=2, mode=mode, max_concurrent_groups=2))
+            tasks = iter([(long_task, 0), (short_a, 0), (short_b, 0)])
+            return [g async for g in col.stream(tasks, agent_for)], long_task.task_id, short_b.task_id
+
+    return asyncio.run(go())
+
+
+
+
+def test_async_and_lockstep_collection(policy, suite):
+    groups, long_id, _ = _collect(policy, suite, "async")
+    order = [g.task_id for g in groups]
+    assert order[-1] == long_id, order  # the long group does not hold the short ones back
+    long_g = groups[-1]
+    third = groups[1]
+    assert third.started < long_g.finished  # freed capacity was refilled while the long group ran
+    assert all(len(t.turns) == 4 for t in long_g.trajectories)
+    assert all(t.group_id == g.group_id for g in groups for t in g.trajectories)
+
+    groups, long_id, third_id = _collect(policy, suite, "lockstep")
+    by_id = {g.task_id: g for g in groups}
+    # the next batch (the third task) started only after the slowest group of the first batch ended
+    assert by_id[third_id].started >= by_id[long_id].finished
+
+
+def test_killed_browser_costs_only_its_episodes(policy, suite):
+    cfg, params, tok = policy
+
+    async def go():
+        engine = JaxEngine(cfg, params, num_slots=4, max_len=4096, tokenizer=tok, buckets=(256, 512, 1024, 2048, 4096))
+        agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=6, max_format_errors=100,
+                            max_new_tokens=24, max_context_tokens=4096)
+        async with BrowserPool(PoolConfig(num_browsers=2, contexts_per_browser=2), ENV) as pool:
+            await pool.wait_ready()  # both browsers up, so contexts spread over them
+            col = Collector(pool, engine, tok, ENV, agent, RolloutConfig(group_size=2, max_concurrent_groups=2))
+            tasks = iter([(suite.get_task(suite.task_ids("all")[0]), s) for s in range(2)])
+
+            async def killer():
+                while sum(len(s.envs) for s in pool.slots) < 4 or not any(
+                        e.steps >= 1 for s in pool.slots for e in s.envs):
+                    await asyncio.sleep(0.05)
+                await pool.kill_browser(0)
+
+            kill = asyncio.ensure_future(killer())
+            groups, stats = await col.collect(tasks, num_groups=2)
+            await kill
+            after = None
+            async for g in col.stream(iter([(suite.get_task(suite.task_ids("all")[0]), 7)])):
+                after = g
+            await engine.close()
+            return groups, after
+
+    groups, after = asyncio.run(go())
+    trajs = [t for g in groups for t in g.trajectories]
+    reasons = collections.Counter(t.termination for t in trajs)
+    assert reasons["env_error"] >= 1, reasons
+    assert sum(r for k, r in reasons.items() if k != "env_error") >= 1, reasons  # the other browser's episodes finished
+    for t in trajs:
+        if t.termination == "env_error":
+            assert all(m == 0 for turn in t.turns for m in turn.mask)
+        else:
+            assert any(m == 1 for turn in t.turns for m in turn.mask)
+    assert after is not None and all(t.termination != "env_error" for t in after.trajectories)
+
+
+class _T:
+    def __init__(self, name, difficulty):
+        self.task_id, self.difficulty = name, difficulty
+
+
+def test_task_sampler_ratio_horizon_and_replay():
+    tasks = [_T("e1", "easy"), _T("e2", "easy"), _T("m", "medium"), _T("h", "hard")]
+    sampler = TaskSampler(tasks, seeds=[1, 2, 3], ratio={"easy": 2, "medium": 5, "hard": 3}, seed=0)
+    draws = collections.Counter(next(sampler)[0].difficulty for _ in range(4000))
+    assert abs(draws["medium"] / 4000 - 0.5) < 0.03 and abs(draws["easy"] / 4000 - 0.2) < 0.03
+    again = TaskSampler(tasks, seeds=[1, 2, 3], ratio={"easy": 2, "medium": 5, "hard": 3}, seed=0)
+    first = TaskSampler(tasks, seeds=[1, 2, 3], ratio={"easy": 2, "medium": 5, "hard": 3}, seed=0)
+    assert [next(again) for _ in range(20)] == [next(first) for _ in range(20)]
+    with pytest.raises(ValueError, match="difficulties \\['expert'\\]"):
+        TaskSampler(tasks, seeds=[1], ratio={"expert": 1})
+
+    h = HorizonSchedule(default=15, per_difficulty=(("easy", 10), ("hard", 30)), schedule=((0, 15), (100, 30)))
+    assert h.max_steps(tasks[0], 0) == 10 and h.max_steps(tasks[3], 0) == 30
+    assert h.max_steps(tasks[2], 50) == 15 and h.max_steps(tasks[2], 100) == 30
+
+    buf: ReplayBuffer[str] = ReplayBuffer(max_iterations=2, power=2.0, seed=0)
+    buf.add_iteration(["old"] * 10)
+    buf.add_iteration(["mid"] * 10)
+    buf.add_iteration(["new"] * 10)  # "old" falls out
+    assert len(buf) == 20
+    drawn = collections.Counter(buf.draw(5000))
+    assert "old" not in drawn
+    assert abs(drawn["new"] / 5000 - 0.8) < 0.03  # weights 1 : 1/4
