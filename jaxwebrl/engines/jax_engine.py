@@ -1,0 +1,461 @@
+"""JaxEngine: the embedded sampler. A KV cache of fixed slots, jitted prefill and decode, continuous batching.
+
+Why this shape: rollouts are many short, independent agent turns (DESIGN.md principle 7), so a request
+must not wait for the longest one in its batch. The cache has `num_slots` rows; a new request is prefilled
+into a free row between decode steps, and one decode step advances every busy row by one token (each row
+at its own position). Prompt lengths are bucketed (powers of two up to `max_len`), so a run compiles one
+prefill per bucket and one decode program; `update_weights` swaps arrays of identical shape, dtype and
+sharding, so it never recompiles.
+
+Threads: one asyncio task runs the scheduler; the jitted calls run in a single worker thread, so the event
+loop (shared with browser episodes) stays responsive while the device works.
+
+The model math is `jaxwebrl.models.forward`, the trainer's own function, and logprobs are
+`token_logprobs` of its logits (see engines/base.py for the temperature convention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import itertools
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxwebrl.engines.base import (
+    EngineClosedError,
+    EngineError,
+    Generation,
+    SamplingParams,
+    WeightsSource,
+)
+from jaxwebrl.engines.sampling import row_keys, sample
+from jaxwebrl.models import ModelConfig, Params, forward, init_cache, load_hf, logical_axes
+from jaxwebrl.models.decoder import CACHE_AXES
+from jaxwebrl.sharding import tree_shardings
+
+
+_ENGINE_IDS = itertools.count()
+_COMPILES: collections.Counter[str] = collections.Counter()
+
+
+def _count_compile(name: str, duration: float, **kwargs: Any) -> None:
+    if name == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[str(kwargs.get("fun_name", ""))] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`fn` under a unique name, so JAX's compile events say which engine's program compiled."""
+
+    def wrapper(*args: Any) -> Any:
+        return fn(*args)
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    return wrapper
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerEvent:
+    """One scheduling decision, kept so tests and dashboards can see slots being reused."""
+
+    kind: str  # "admit" | "finish"
+    request_id: str
+    slot: int
+    step: int  # decode steps run so far when it happened
+    time: float
+
+
+@dataclasses.dataclass
+class _Request:
+    request_id: str
+    prompt: np.ndarray
+    params: SamplingParams
+    seed: int
+    stop_ids: frozenset[int]
+    future: asyncio.Future[Generation]
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    first_version: int = -1
+    last_version: int = -1
+
+
+def prefill_buckets(max_len: int, min_bucket: int = 16) -> tuple[int, ...]:
+    """Powers of two from `min_bucket` below `max_len`, then `max_len` itself."""
+    out, b = [], min_bucket
+    while b < max_len:
+        out.append(b)
+        b *= 2
+    return tuple(out) + (max_len,)
+
+
+class JaxEngine:
+    """Continuous-batching sampler over `forward` with a slot KV cache; implements `Engine`."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        params: Params,
+        *,
+        num_slots: int = 8,
+        max_len: int | None = None,
+        buckets: Sequence[int] | None = None,
+        mesh: Mesh | None = None,
+        tokenizer: Any | None = None,
+        version: int = 0,
+        seed: int = 0,
+        cache_dtype: str | None = None,
+        name: str = "jax",
+    ) -> None:
+        self.cfg = cfg
+        self.name = name
+        self.num_slots = int(num_slots)
+        self.max_len = int(max_len or min(cfg.max_position_embeddings, 4096))
+        self.buckets = tuple(sorted(buckets)) if buckets else prefill_buckets(self.max_len)
+        if self.buckets[-1] > self.max_len:
+            raise ValueError(f"buckets {self.buckets}: the largest must be <= max_len={self.max_len}")
+        self.mesh = mesh
+        self.tokenizer = tokenizer
+        self.version = int(version)
+        self._rng = np.random.default_rng(seed)
+        self._ids = itertools.count()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{name}-device")
+
+        # Every array the programs take is committed to an explicit sharding, so arrays swapped in later
+        # (placed with the same shardings) hit the same compiled programs.
+        axes = logical_axes(cfg)
+        if mesh is not None:
+            self._param_shardings = tree_shardings(params, axes, mesh)
+        else:
+            one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            self._param_shardings = jax.tree.map(lambda _: one, params)
+        self._params = jax.device_put(params, self._param_shardings, may_alias=False)
+        self._param_avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self._params)
+        cache_shapes = jax.eval_shape(lambda: init_cache(cfg, self.num_slots, self.max_len, cache_dtype))
+        cache_shardings = (
+            tree_shardings(cache_shapes, {"k": CACHE_AXES, "v": CACHE_AXES}, mesh) if mesh is not None
+            else jax.tree.map(lambda _: one, cache_shapes)
+        )
+        with self._mesh_ctx():
+            self._cache = jax.jit(
+                lambda: init_cache(cfg, self.num_slots, self.max_len, cache_dtype), out_shardings=cache_shardings
+            )()
+        self._cache_dtype = cache_dtype
+        self._uid = next(_ENGINE_IDS)
+        self._prefill = jax.jit(_named(self._prefill_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,))
+        self._decode = jax.jit(_named(self._decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,))
+
+        S = self.num_slots
+        self._slots: list[_Request | None] = [None] * S
+        self._tok = np.zeros(S, np.int32)
+        self._pos = np.zeros(S, np.int32)
+        self._seed = np.zeros(S, np.uint32)
+        self._count = np.zeros(S, np.int32)
+        self._temp = np.ones(S, np.float32)
+        self._top_k = np.full(S, -1, np.int32)
+        self._top_p = np.ones(S, np.float32)
+        self._greedy = np.zeros(S, bool)
+        self._queue: collections.deque[_Request] = collections.deque()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._failure: BaseException | None = None
+        self.events: collections.deque[SchedulerEvent] = collections.deque(maxlen=100_000)
+        self.decode_steps = 0
+        self.prefills = 0
+        self.generated_tokens = 0
+
+    # ---- construction helpers -----------------------------------------------------------------
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | os.PathLike[str], *, mesh: Mesh | None = None, with_tokenizer: bool = True, **kwargs: Any
+    ) -> "JaxEngine":
+        """Load a HF checkpoint directory (sharded on `mesh`) and its tokenizer, for stop strings."""
+        cfg, params = load_hf(path, mesh)
+        tokenizer = kwargs.pop("tokenizer", None)
+        if tokenizer is None and with_tokenizer:
+            from jaxwebrl.models import load_tokenizer
+
+            with contextlib.suppress(Exception):
+                tokenizer = load_tokenizer(path)
+        return cls(cfg, params, mesh=mesh, tokenizer=tokenizer, **kwargs)
+
+    def _mesh_ctx(self) -> contextlib.AbstractContextManager[Any]:
+        return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
+
+    # ---- the jitted programs ------------------------------------------------------------------
+
+    def _prefill_fn(
+        self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, length: jax.Array,
+        slot: jax.Array, seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
+    ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+        """Run one right-padded prompt [1, bucket] on a bucket-sized cache, copy it into row `slot`, and
+        sample the first token from the logits at position length-1."""
+        bucket = tokens.shape[1]
+        small = init_cache(self.cfg, 1, bucket, self._cache_dtype)
+        positions = jnp.arange(bucket, dtype=jnp.int32)[None]
+        logits, small = forward(self.cfg, params, tokens, positions, cache=small)
+        last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, axis=0, keepdims=True)
+        keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
+        tok, lp = sample(last, keys, temp[None], top_k[None], top_p[None], greedy[None])
+        zero = jnp.zeros((), jnp.int32)
+        cache = {
+            name: jax.lax.dynamic_update_slice(cache[name], small[name], (zero, slot, zero, zero, zero))
+            for name in ("k", "v")
+        }
+        return cache, tok[0], lp[0]
+
+    def _decode_fn(
+        self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
+        seeds: jax.Array, counters: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array,
+        greedy: jax.Array,
+    ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+        """One token for every slot: tokens/positions [S], each row at its own position."""
+        logits, cache = forward(self.cfg, params, tokens[:, None], positions[:, None], cache=cache)
+        tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
+        return cache, tok, lp
+
+    def compile_counts(self) -> dict[str, int]:
+        """XLA compilations of this engine's programs so far (one per prefill bucket used, one decode),
+        counted from JAX's own compile events, so any recompilation shows up."""
+        return {kind: _COMPILES[f"jit(jaxengine{self._uid}_{kind})"] for kind in ("prefill", "decode")}
+
+    # ---- Engine API ---------------------------------------------------------------------------
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None
+    ) -> Generation:
+        """Queue the request; it is prefilled into the first free slot and decoded with the others."""
+        if self._closed:
+            raise EngineClosedError(f"engine {self.name!r} is closed")
+        if self._failure is not None:
+            raise EngineError(f"engine {self.name!r} stopped after an error: {self._failure!r}")
+        prompt = np.asarray(list(prompt_ids), np.int64)
+        if prompt.ndim != 1 or prompt.size == 0:
+            raise ValueError("prompt_ids must be a non-empty sequence of token ids")
+        if prompt.min() < 0 or prompt.max() >= self.cfg.vocab_size:
+            raise ValueError(f"prompt_ids must lie in [0, {self.cfg.vocab_size}); got {prompt.min()}..{prompt.max()}")
+        if params.stop and self.tokenizer is None:
+            raise ValueError("SamplingParams.stop (stop strings) needs a tokenizer: JaxEngine(..., tokenizer=...)")
+        rid = f"{self.name}-{next(self._ids)}"
+        if prompt.size >= self.max_len:
+            return Generation([], [], "context_length", int(prompt.size), self.version, self.version, rid, self.name)
+        loop = asyncio.get_running_loop()
+        self._ensure_running()
+        stop_ids = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            stop_ids.update(self.cfg.eos_token_ids)
+        seed = int(params.seed) if params.seed is not None else int(self._rng.integers(0, 2**32))
+        req = _Request(rid, prompt.astype(np.int32), params, seed % 2**32, frozenset(stop_ids), loop.create_future())
+        self._queue.append(req)
+        assert self._wake is not None
+        self._wake.set()
+        return await asyncio.shield(req.future)
+
+    async def update_weights(self, weights: WeightsSource, version: int) -> None:
+        """Swap in new params (a tree, or a HF checkpoint dir) between decode steps; no recompilation."""
+        if isinstance(weights, (str, os.PathLike)):
+            cfg, new = await asyncio.get_running_loop().run_in_executor(
+                self._executor, lambda: load_hf(weights, self.mesh)
+            )
+            if (cfg.num_layers, cfg.hidden_size, cfg.vocab_size) != (
+                self.cfg.num_layers, self.cfg.hidden_size, self.cfg.vocab_size,
+            ):
+                raise ValueError(f"{weights}: checkpoint config does not match the engine's model config")
+        else:
+            new = weights
+        if jax.tree.structure(new) != jax.tree.structure(self._param_avals):
+            raise ValueError("update_weights: the params tree differs from the engine's (another model config?)")
+        bad = [
+            f"{jax.tree_util.keystr(path)}: {tuple(np.shape(a))} != {av.shape}"
+            for (path, a), av in zip(jax.tree_util.tree_leaves_with_path(new), jax.tree.leaves(self._param_avals))
+            if tuple(np.shape(a)) != av.shape
+        ]
+        if bad:
+            raise ValueError(f"update_weights: shapes differ from the engine's params: {bad[:3]}")
+
+        def place() -> Params:
+            # A fresh copy with the old dtype and sharding: the same compiled programs run, and the caller
+            # may donate or delete its arrays afterwards.
+            cast = jax.tree.map(lambda a, av: jnp.asarray(a, av.dtype), new, self._param_avals)
+            return jax.device_put(cast, self._param_shardings, may_alias=False)
+
+        placed = await asyncio.get_running_loop().run_in_executor(self._executor, place)
+        self._params, self.version = placed, int(version)
+
+    async def health(self) -> dict[str, Any]:
+        if self._failure is not None:
+            raise EngineError(f"engine {self.name!r} stopped after an error: {self._failure!r}")
+        return {"ok": not self._closed, **self.stats()}
+
+    async def close(self) -> None:
+        """Stop the scheduler; running and queued requests end with finish_reason 'abort'."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for slot, req in enumerate(self._slots):
+            if req is not None:
+                self._finish(slot, req, "abort")
+        while self._queue:
+            req = self._queue.popleft()
+            if not req.future.done():
+                req.future.set_result(self._result(req, "abort"))
+        self._executor.shutdown(wait=True)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "version": self.version, "active": sum(r is not None for r in self._slots), "queued": len(self._queue),
+            "num_slots": self.num_slots, "decode_steps": self.decode_steps, "prefills": self.prefills,
+            "generated_tokens": self.generated_tokens, "compiles": self.compile_counts(),
+        }
+
+    # ---- scheduler ----------------------------------------------------------------------------
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"{self.name}-scheduler")
+
+    def _bucket(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closed:
+                admits: list[tuple[int, _Request]] = []
+                for slot in range(self.num_slots):
+                    if self._slots[slot] is None and self._queue:
+                        req = self._queue.popleft()
+                        self._slots[slot] = req
+                        admits.append((slot, req))
+                        self.events.append(SchedulerEvent("admit", req.request_id, slot, self.decode_steps, time.monotonic()))
+                if not admits and not any(r is not None for r in self._slots):
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                params, version = self._params, self.version
+                first, decoded = await loop.run_in_executor(self._executor, self._device_step, params, admits)
+                for (slot, req), (tok, lp) in zip(admits, first):
+                    req.first_version = version
+                    self.prefills += 1
+                    self._append(slot, req, tok, lp, version)
+                if decoded is not None:
+                    self.decode_steps += 1
+                    toks, lps = decoded
+                    for slot, req in enumerate(self._slots):
+                        if req is not None:  # requests that finished on their first token are gone already
+                            self._append(slot, req, int(toks[slot]), float(lps[slot]), version)
+        except asyncio.CancelledError:
+            if not self._closed:  # the event loop is shutting down: nobody waits for these any more
+                self._drop_all(None)
+            raise
+        except Exception as exc:  # a device error must not leave callers waiting forever
+            self._failure = exc
+            self._drop_all(EngineError(f"engine {self.name!r} failed: {exc!r}"))
+
+    def _drop_all(self, error: Exception | None) -> None:
+        pending = [r for r in self._slots if r is not None] + list(self._queue)
+        self._slots = [None] * self.num_slots
+        self._queue.clear()
+        for req in pending:
+            if not req.future.done():
+                if error is None:
+                    req.future.cancel()
+                else:
+                    req.future.set_exception(error)
+
+    def _device_step(
+        self, params: Params, admits: list[tuple[int, _Request]]
+    ) -> tuple[list[tuple[int, float]], tuple[np.ndarray, np.ndarray] | None]:
+        """Worker thread: prefill the admitted requests, then one decode step over all slots."""
+        first: list[tuple[int, float]] = []
+        with self._mesh_ctx():
+            for slot, req in admits:
+                n = req.prompt.size
+                padded = np.zeros((1, self._bucket(n)), np.int32)
+                padded[0, :n] = req.prompt
+                sp = req.params
+                self._cache, tok, lp = self._prefill(
+                    params, self._cache, padded, np.int32(n), np.int32(slot), np.uint32(req.seed),
+                    np.float32(sp.temperature), np.int32(sp.top_k), np.float32(sp.top_p), np.bool_(sp.is_greedy),
+                )
+                tok, lp = int(tok), float(lp)
+                first.append((tok, lp))
+                self._set_slot(slot, req, tok, n)
+            # Slots whose request just finished on its first token still hold it here; decoding them is
+            # harmless (the result is ignored and the row is overwritten by the next prefill).
+            if not any(r is not None for r in self._slots):
+                return first, None
+            # Copies: on CPU jax may alias numpy memory, and the loop thread mutates these arrays later.
+            self._cache, toks, lps = self._decode(
+                params, self._cache, *(a.copy() for a in (
+                    self._tok, self._pos, self._seed, self._count, self._temp, self._top_k, self._top_p, self._greedy
+                )),
+            )
+            return first, (np.asarray(toks), np.asarray(lps))
+
+    def _set_slot(self, slot: int, req: _Request, tok: int, n: int) -> None:
+        sp = req.params
+        self._tok[slot], self._pos[slot], self._count[slot] = tok, n, 1
+        self._seed[slot] = req.seed
+        self._temp[slot], self._top_k[slot], self._top_p[slot] = sp.temperature, sp.top_k, sp.top_p
+        self._greedy[slot] = sp.is_greedy
+
+    def _append(self, slot: int, req: _Request, tok: int, lp: float, version: int) -> None:
+        """Record one sampled token of the request in `slot` and finish it if a stop condition holds."""
+        if self._slots[slot] is not req or req.future.done():
+            return
+        req.tokens.append(tok)
+        req.logprobs.append(lp)
+        req.last_version = version
+        self.generated_tokens += 1
+        if len(req.tokens) > 1:  # the prefill set the slot for the first token; advance for later ones
+            self._tok[slot] = tok
+            self._pos[slot] += 1
+            self._count[slot] += 1
+        reason = self._stop_reason(req)
+        if reason is None and self._pos[slot] >= self.max_len:
+            reason = "length"  # the slot's cache row is full
+        if reason is not None:
+            self._finish(slot, req, reason)
+
+    def _stop_reason(self, req: _Request) -> str | None:
+        if req.tokens[-1] in req.stop_ids:
+            return "stop"
+        if req.params.stop:
+            width = max(len(s) for s in req.params.stop) + 4
+            tail = self.tokenizer.decode(req.tokens[-width:], skip_special_tokens=False)
+            if any(s in tail for s in req.params.stop):
+                return "stop"
+        if len(req.tokens) >= req.params.max_new_tokens:
+            return "length"
+        return None
+
+    def _finish(self, slot: int, req: _Request, reason: str) -> None:
+        self._slots[slot] = None
+        self._pos[slot] = 0
+        self.events.append(SchedulerEvent("finish", req.request_id, slot, self.decode_steps, time.monotonic()))
+        if not req.future.done():
+            req.future.set_result(self._result(req, reason))
+
+    def _result(self, req: _Request, reason: str) -> Generation:
+        first = req.first_version if req.first_version >= 0 else self.version
+        last = req.last_version if req.last_version >= 0 else first
+        return Generation(list(req.tokens), list(req.logprobs), reason, int(req.prompt.size), first, last,  # type: ignore[arg-type]
+                          req.request_id, self.name)
