@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxwebrl.browser import BrowserPool, EnvConfig, EnvError, PoolConfig
+from jaxwebrl.browser import BrowserPool, EnvConfig, EnvError, ObsConfig, PoolConfig
 from tests.browser.conftest import find_id, pg_task
 
 pytestmark = pytest.mark.timeout(180)
@@ -100,8 +100,9 @@ def test_hundred_episodes_no_leak(runner, pool, sites):
 
     async def worker(w: int) -> None:
         task = pg_task(sites, "/page2")
+        light = EnvConfig(obs=ObsConfig(text_mode="none", metadata=False), settle_s=0.0)
         for i in range(25):
-            async with pool.episode(task, i) as (env, obs):
+            async with pool.episode(task, i, light) as (env, obs):
                 r = await env.step("```new_tab```" if i % 5 == 0 else "```scroll [down]```")
                 assert not r.format_error
 
