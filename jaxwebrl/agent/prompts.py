@@ -58,7 +58,7 @@ FORMATS: dict[str, PromptFormat] = {
     ),
     # For small policies trained from scratch (the local run): one BrowserGym-style action, no reasoning.
     "bid": PromptFormat(
-        "bid", "bid", "Answer with exactly one action inside <answer></answer>, e.g. <answer>click('12')</answer>.",
+        "bid", "bid", "Answer with exactly one action and nothing else, e.g. click('12')",
         thinking=False,
     ),
 }

@@ -46,6 +46,7 @@ class _Slot:
     envs: set[BrowserEnv] = field(default_factory=set)
     launches: int = 0
     relaunching: bool = False
+    opening: int = 0  # contexts being created right now: counted so concurrent resets spread over browsers
 
 
 class BrowserPool:
@@ -194,10 +195,11 @@ class BrowserPool:
                     for w in waiters:
                         w.cancel()
                 continue
-            slot = min(live, key=lambda s: len(s.contexts))
+            slot = min(live, key=lambda s: len(s.contexts) + s.opening)
             browser = slot.browser
             assert browser is not None
             vw, vh = env.config.viewport
+            slot.opening += 1
             try:
                 ctx = await asyncio.wait_for(
                     browser.new_context(viewport={"width": vw, "height": vh}, accept_downloads=False,
@@ -208,6 +210,8 @@ class BrowserPool:
                 if await self._check_health(slot):
                     raise
                 continue
+            finally:
+                slot.opening -= 1
             slot.contexts.add(ctx)
             slot.envs.add(env)
             return slot, ctx
