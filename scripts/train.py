@@ -91,14 +91,14 @@ def main(argv: list[str]) -> None:
     config = _CONFIG.value
     from jaxwebrl.sharding import maybe_initialize_distributed
 
-    maybe_initialize_distributed(config)  # multi-host: before any device is touched
-    if _DRY_RUN.value:
+    if _DRY_RUN.value:  # ahead-of-time compile on this process's devices: no cluster needed
         from jaxwebrl.train.dry_run import dry_run, format_report
 
         report = dry_run(config)
         print(format_report(report))
         print("DRY_RUN " + json.dumps(report))
         return
+    maybe_initialize_distributed(config)  # multi-host: before any device is touched
     run(config)
 
 

@@ -145,7 +145,8 @@ def abstract_batch(mesh: Mesh, accum: int, micro_batch: int, seq_len: int, with_
 def init_state(params: Any, tx: optax.GradientTransformation, mesh: Mesh, model: ModelConfig, seed: int = 0) -> State:
     """Train state on the mesh: params placed with their shardings, optimizer state created sharded."""
     sh = state_shardings(model, tx, mesh)
-    params = jax.device_put(params, sh["params"])
+    # A copy placed with the right shardings: the step donates its state, the caller keeps its arrays.
+    params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=sh["params"])(params)
     opt_state = jax.jit(tx.init, out_shardings=sh["opt_state"])(params)
     rng = jax.device_put(np.asarray(jax.random.key_data(jax.random.key(seed))), sh["rng"])
     step = jax.device_put(np.zeros((), np.int32), sh["step"])
