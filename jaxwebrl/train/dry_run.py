@@ -63,6 +63,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"  devices {r['devices']} x {r['device_kind']}, mesh {r['mesh']}",
         f"  per device: arguments {gib(r['argument_bytes'])}, outputs {gib(r['output_bytes'])} "
         f"(aliased {gib(r['alias_bytes'])}), temporaries {gib(r['temp_bytes'])}, peak ~{gib(r['peak_bytes_estimate'])}",
-        f"  step FLOPs (XLA cost analysis, per device): {r['xla_flops_per_device']:.3e}; "
-        f"model FLOPs per step (6N + attention, all devices): {r['model_flops_per_step']:.3e}",
+        f"  step FLOPs, model (fwd+bwd, 6N + attention): {r['model_flops_per_step']:.3e} in all, "
+        f"{r['model_flops_per_step'] / r['devices']:.3e} per device",
+        f"  step FLOPs, XLA cost analysis per device: {r['xla_flops_per_device']:.3e} (counts each scan body once: "
+        "layers, micro-batches and logit chunks are loops, so this is a lower bound)",
     ])
