@@ -11,8 +11,7 @@ Trajectory
   group_id           str    the rollout group (task_id + round); advantages are normalised within it
   turns              list[Turn]
   reward             float  trajectory reward (binary success, or OpenWebRL's +1/0/-1)
-  termination        str    why the episode ended: done | max_steps | generation_length | format_error |
-                            env_step_error | sandbox_failure | init_failure | judge_error | timeout | other
+  termination        str    why the episode ended (see TERMINATIONS for the known values; free-form allowed)
   policy_version     int    the trainer step whose weights produced the responses (staleness metric)
   advantage          float | None   filled by `train.advantages.assign_group_advantages`
   metadata           dict   free-form (instruction text, difficulty, judge output, ...)
@@ -95,8 +94,6 @@ class Trajectory:
     def __post_init__(self) -> None:
         if not self.group_id:
             self.group_id = self.task_id
-        if self.termination not in TERMINATIONS:
-            raise ValueError(f"termination {self.termination!r} is not one of {TERMINATIONS}")
 
     @property
     def num_trained_turns(self) -> int:

@@ -166,14 +166,14 @@ def openwebrl_reward(traj: Trajectory, judge_success: bool | None) -> float:
     """+1 judged success, -1 when the episode was aborted for repeated format errors, else 0.
 
     The judge only runs (judge_success is not None) when the episode ended with done(answer)."""
-    if traj.termination == "format_error":
+    if traj.termination in ("format_error", "format_errors"):
         return -1.0
-    if traj.termination == "done" and judge_success:
+    if traj.termination in ("done", "answer", "task_done") and judge_success:
         return 1.0
     return 0.0
 
 
-def mask_failed(trajectories: Sequence[Trajectory], reasons: Iterable[str] = ("judge_error", "sandbox_failure", "init_failure", "env_step_error", "timeout")) -> list[Trajectory]:
+def mask_failed(trajectories: Sequence[Trajectory], reasons: Iterable[str] = ("judge_error", "sandbox_failure", "init_failure", "env_step_error", "env_error", "timeout")) -> list[Trajectory]:
     """OpenWebRL: trajectories ended by judge timeout or infrastructure failure train nothing (mask 0)."""
     bad = set(reasons)
     out = []
