@@ -219,10 +219,12 @@ def test_stop_tokens_strings_and_seeds(tiny: dict[str, Any], engine: JaxEngine) 
     async def main() -> None:
         full = await engine.generate(prompt, SamplingParams(greedy=True, max_new_tokens=30, ignore_eos=True))
         stop_id = full.token_ids[6]
-        cut = await engine.generate(prompt, SamplingParams(greedy=True, max_new_tokens=30, stop_token_ids=[stop_id],
-                                                           ignore_eos=True))
-        first = full.token_ids.index(stop_id)
+        cut = await engine.generate(prompt, SamplingParams(greedy=True, max_new_tokens=30, stop_token_ids=[stop_id]))
+        first = min(i for i, t in enumerate(full.token_ids) if t in (stop_id, tiny["cfg"].eos_token_id))
         assert cut.token_ids == full.token_ids[: first + 1] and cut.finish_reason == "stop"
+        # ignore_eos turns off token stops, stop_token_ids included (SGLang's meaning).
+        assert len((await engine.generate(prompt, SamplingParams(
+            greedy=True, max_new_tokens=30, stop_token_ids=[stop_id], ignore_eos=True))).token_ids) == 30
 
         # A stop string made of the text of tokens 4..5: generation ends at the token completing it.
         text = tok.decode(full.token_ids[4:6], skip_special_tokens=False)

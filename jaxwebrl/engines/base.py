@@ -43,8 +43,9 @@ class SamplingParams:
     """Per-request sampling settings; every engine honours all of them.
 
     temperature 0 or `greedy=True` means argmax. top_k <= 0 and top_p >= 1 disable those filters.
-    `stop_token_ids` are added to the model's EOS ids unless `ignore_eos`; `stop` strings need the engine to
-    have a tokenizer. A finishing stop token is included in `token_ids` (the model must learn to emit it);
+    Generation stops at the model's EOS ids and at `stop_token_ids`; `ignore_eos` turns off every token stop
+    (EOS and stop_token_ids alike, as SGLang does). `stop` strings still apply and need the engine to have
+    a tokenizer. A finishing stop token is included in `token_ids` (the model must learn to emit it);
     generation stops after the token that completes a stop string (tokens are never cut).
     `seed` makes sampling reproducible per request, independent of what else runs in the batch.
     """

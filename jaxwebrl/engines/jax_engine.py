@@ -22,8 +22,10 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import jax
@@ -116,9 +118,15 @@ class JaxEngine:
         version: int = 0,
         seed: int = 0,
         cache_dtype: str | None = None,
+        eos_token_ids: Sequence[int] | None = None,
         name: str = "jax",
     ) -> None:
         self.cfg = cfg
+        # EOS as SGLang sees it: config.json's, generation_config.json's (from_checkpoint) and the tokenizer's.
+        eos = set(cfg.eos_token_ids) | set(eos_token_ids or ())
+        if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
+            eos.add(int(tokenizer.eos_token_id))
+        self.eos_token_ids = frozenset(eos)
         self.name = name
         self.num_slots = int(num_slots)
         self.max_len = int(max_len or min(cfg.max_position_embeddings, 4096))
@@ -190,6 +198,10 @@ class JaxEngine:
 
             with contextlib.suppress(Exception):
                 tokenizer = load_tokenizer(path)
+        gen_file = Path(path) / "generation_config.json"
+        if "eos_token_ids" not in kwargs and gen_file.exists():
+            eos = json.loads(gen_file.read_text()).get("eos_token_id")
+            kwargs["eos_token_ids"] = [eos] if isinstance(eos, int) else list(eos or [])
         return cls(cfg, params, mesh=mesh, tokenizer=tokenizer, **kwargs)
 
     def _mesh_ctx(self) -> contextlib.AbstractContextManager[Any]:
@@ -254,9 +266,7 @@ class JaxEngine:
             return Generation([], [], "context_length", int(prompt.size), self.version, self.version, rid, self.name)
         loop = asyncio.get_running_loop()
         self._ensure_running()
-        stop_ids = set(params.stop_token_ids)
-        if not params.ignore_eos:
-            stop_ids.update(self.cfg.eos_token_ids)
+        stop_ids = set() if params.ignore_eos else set(params.stop_token_ids) | set(self.eos_token_ids)
         seed = int(params.seed) if params.seed is not None else int(self._rng.integers(0, 2**32))
         req = _Request(rid, prompt.astype(np.int32), params, seed % 2**32, frozenset(stop_ids), loop.create_future())
         self._queue.append(req)

@@ -25,6 +25,7 @@ Device = Literal["cpu", "tpu", "gpu"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Without these limits sglang-jax on CPU sizes its KV pool for hundreds of GB and dies (FACTS.md).
 CPU_DEFAULTS = {"max_total_tokens": 8192, "max_running_requests": 8, "context_length": 1024}
+READY_LINE = "The server is fired up and ready to roll"  # logged by both servers after their warmup request
 
 
 class ServerStartError(RuntimeError):
@@ -105,6 +106,7 @@ class SGLangServer:
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="sglang-", suffix=".log")[1])
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
 
     @property
     def url(self) -> str:
@@ -146,6 +148,7 @@ class SGLangServer:
             return self
         self.check_python()
         log = open(self.log_path, "ab")
+        self._log_start = log.tell()
         try:
             # A new session: stop() signals the whole process group the server forks.
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
@@ -166,8 +169,24 @@ class SGLangServer:
         except OSError:
             return ""
 
+    def warmed_up(self) -> bool:
+        """True once the server's own warmup request has finished (it logs READY_LINE then).
+
+        Traffic must wait for it: sglang-jax 0.1.0rc0 crashes when a logprob request shares a batch with the
+        warmup (which asks for none), and without the warmup its first outputs are wrong (both seen here).
+        """
+        if "--skip-server-warmup" in self.extra_args:
+            return True
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start)  # only this run's output: a restart appends to the same log
+                return READY_LINE.encode() in f.read()
+        except OSError:
+            return False
+
     def wait_ready(self, timeout: float | None = None) -> None:
-        """Poll /health until 200; raise ServerStartError if the process exits or time runs out."""
+        """Poll /health until 200 and the warmup is done; raise ServerStartError if the process exits or
+        time runs out."""
         deadline = time.monotonic() + (timeout or self.startup_timeout)
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
@@ -175,7 +194,7 @@ class SGLangServer:
                 raise ServerStartError(f"SGLang server exited with code {code} before it was ready; "
                                        f"log {self.log_path}:\n{self.log_tail()}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200 and self.warmed_up():
                     return
             except httpx.HTTPError:
                 pass
