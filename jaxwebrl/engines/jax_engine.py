@@ -276,6 +276,8 @@ class JaxEngine:
 
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
         """Swap in new params (a tree, or a HF checkpoint dir) between decode steps; no recompilation."""
+        if self._closed:
+            raise EngineClosedError(f"engine {self.name!r} is closed")
         if isinstance(weights, (str, os.PathLike)):
             cfg, new = await asyncio.get_running_loop().run_in_executor(
                 self._executor, lambda: load_hf(weights, self.mesh)
@@ -306,9 +308,11 @@ class JaxEngine:
         self._params, self.version = placed, int(version)
 
     async def health(self) -> dict[str, Any]:
+        if self._closed:
+            raise EngineClosedError(f"engine {self.name!r} is closed")
         if self._failure is not None:
             raise EngineError(f"engine {self.name!r} stopped after an error: {self._failure!r}")
-        return {"ok": not self._closed, **self.stats()}
+        return {"ok": True, **self.stats()}
 
     async def close(self) -> None:
         """Stop the scheduler; running and queued requests end with finish_reason 'abort'."""

@@ -30,6 +30,7 @@ class Router:
         self._sessions: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._max_sessions = max_sessions
         self._rr = itertools.count()
+        self._latest: tuple[WeightsSource, int] | None = None
 
     def pick(self, session_id: str | None = None) -> int:
         """Index of the engine for the next request of `session_id` (and remember it for the session)."""
@@ -74,12 +75,19 @@ class Router:
                 self.outstanding[i] -= 1
 
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
-        """Every engine, concurrently; the first error is raised after all have finished."""
-        results = await asyncio.gather(*(e.update_weights(weights, version) for e in self.engines),
+        """Every engine that is up, concurrently. An unreachable one is marked down and gets these weights
+        when `health()` brings it back; any other error is raised after all have finished."""
+        self._latest = (weights, version)
+        up = [i for i in range(len(self.engines)) if i not in self.down]
+        results = await asyncio.gather(*(self.engines[i].update_weights(weights, version) for i in up),
                                        return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
+        for i, r in zip(up, results):
+            if isinstance(r, EngineUnavailableError):
+                self.down.add(i)
+            elif isinstance(r, BaseException):
                 raise r
+        if len(self.down) == len(self.engines):
+            raise EngineUnavailableError(f"router {self.name!r}: no engine took weights version {version}")
 
     async def health(self) -> dict[str, Any]:
         """Health of every engine; brings engines that answer again back into rotation."""
@@ -87,6 +95,8 @@ class Router:
         for i, engine in enumerate(self.engines):
             try:
                 out[engine.name] = await engine.health()
+                if i in self.down and self._latest is not None:  # it missed updates while it was down
+                    await engine.update_weights(*self._latest)
                 self.down.discard(i)
             except EngineUnavailableError as exc:
                 self.down.add(i)

@@ -1,0 +1,67 @@
+"""SGLang client and launcher parts that need no server: a dead server gives a clear error after the retries,
+the launcher builds the right command per device, and a missing interpreter fails with the fix."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jaxwebrl.engines import EngineUnavailableError, SamplingParams, SGLangEngine, SGLangServer, ServerStartError
+from jaxwebrl.engines.sglang_server import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_dead_server_is_a_clear_error_after_retries() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+    async def main() -> None:
+        engine = SGLangEngine(url, retries=2, backoff=0.05, connect_timeout=1.0)
+        start = time.monotonic()
+        with pytest.raises(EngineUnavailableError, match=r"did not answer GET /get_model_info after 3 attempts") as err:
+            await engine.generate([1, 2, 3], SamplingParams(max_new_tokens=4))
+        assert url in str(err.value) and "launch_sglang.py" in str(err.value)
+        assert time.monotonic() - start >= 0.05 + 0.1  # it did back off between attempts
+        with pytest.raises(EngineUnavailableError):
+            await engine.health()
+        with pytest.raises(EngineUnavailableError, match="not healthy after 1s"):
+            await engine.wait_ready(timeout=1.0)
+        await engine.close()
+
+    asyncio.run(main())
+
+
+def test_launcher_commands_per_device(tmp_path: Path) -> None:
+    cpu = SGLangServer(tmp_path, device="cpu", port=30000, python="/py312")
+    assert cpu.command()[:3] == ["/py312", "-m", "sgl_jax.launch_server"]
+    cmd = " ".join(cpu.command())
+    for flag in ("--device cpu", "--max-total-tokens 8192", "--max-running-requests 8", "--context-length 1024",
+                 "--host 127.0.0.1", "--port 30000", f"--model-path {tmp_path}"):
+        assert flag in cmd
+    assert cpu.environment()["JAX_PLATFORMS"] == "cpu"
+    tpu = SGLangServer(tmp_path, device="tpu", port=30001, python="/py312", tp_size=4)
+    assert "--device tpu" in " ".join(tpu.command()) and "--tp-size 4" in " ".join(tpu.command())
+    assert "--max-total-tokens" not in tpu.command()
+    gpu = SGLangServer(tmp_path, device="gpu", port=30002, context_length=4096)
+    assert gpu.command()[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    assert "--device" not in gpu.command() and "--context-length 4096" in " ".join(gpu.command())
+
+
+def test_missing_server_package_names_the_fix(tmp_path: Path) -> None:
+    server = SGLangServer(tmp_path, device="cpu", python=sys.executable)  # this venv has no sgl_jax
+    with pytest.raises(ServerStartError, match="setup_sglang_env.sh"):
+        server.start()
+    assert not server.running
+
+
+def test_launch_script_dry_run(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "launch_sglang.py"), "--model-path", str(tmp_path),
+                          "--device", "cpu", "--port", "31000", "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "sgl_jax.launch_server" in out.stdout and "--max-total-tokens 8192" in out.stdout
+    assert "JAX_PLATFORMS=cpu" in out.stdout
