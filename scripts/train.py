@@ -5,8 +5,9 @@
   XLA_FLAGS=--xla_force_host_platform_device_count=8 python scripts/train.py --config configs/grpo_tpu.py --dry_run
 
 SFT-family configs (data.kind='sft') stream demonstrations through the Grain pipeline; GRPO configs
-(data.kind='trajectories') train from rewarded trajectory records in rollout batches of whole groups. The
-online RL loop uses the same `Trainer` (jaxwebrl.train.trainer) directly.
+(data.kind='trajectories') train from rewarded trajectory records in rollout batches of whole groups;
+online configs (data.kind='online', e.g. configs/grpo_local.py) drive real browsers and the rollout engine
+(jaxwebrl.recipes.run: optional behaviour cloning from scripted demonstrations, RL, evaluation report).
 """
 
 from __future__ import annotations
@@ -32,10 +33,15 @@ def run(config) -> dict[str, float]:  # type: ignore[no-untyped-def]
     from jaxwebrl.data.records import read_trajectories
     from jaxwebrl.models import load_tokenizer
     from jaxwebrl.train.batches import GroupBatches, trajectories_to_samples
-    from jaxwebrl.train.config import data_files, validate_config
+    from jaxwebrl.train.config import apply_quick, data_files, validate_config
     from jaxwebrl.train.trainer import Trainer
 
+    config = apply_quick(config)
     validate_config(config, len(jax.devices()))
+    if config.data.kind == "online":  # browsers + engine + trainer: the online RL loop (jaxwebrl.recipes.run)
+        from jaxwebrl.recipes.run import run_online
+
+        return run_online(config)
     total = int(config.train.steps) * (int(config.train.epochs) if config.data.kind == "trajectories" else 1)
     trainer = Trainer(config, total_steps=total)
     files = data_files(config)

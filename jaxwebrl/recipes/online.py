@@ -28,7 +28,7 @@ from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.engines.factory import make_engine
 from jaxwebrl.models import load_tokenizer
 from jaxwebrl.recipes.evaluate import EvalReport, evaluate
-from jaxwebrl.recipes.recipes import get_recipe, make_samples
+from jaxwebrl.recipes.recipes import get_recipe, group_filter, make_samples
 from jaxwebrl.rollout.collector import Collector, Group, RolloutConfig
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
 
@@ -162,13 +162,13 @@ class OnlineRL:
         """Collect one batch of groups, train on it, sync weights."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        accept = self.recipe.accept if bool(cfg.train.dynamic_sampling) else (lambda g: True)
+        accept = group_filter(self.recipe, cfg)
         groups, stats = await self.collector.collect(
             self.sampler, num_groups=int(cfg.rollout.groups_per_iteration), accept=accept,
             max_groups=int(cfg.rollout.max_groups_per_iteration) or None, agent_for=self._agent_for(it))
         t_rollout = time.perf_counter() - t0
         trajs = [t for g in groups for t in g.trajectories]
-        prepared, samples = make_samples(self.recipe, trajs, cfg)
+        samples = make_samples(self.recipe, trajs, cfg)
         if self.replay is not None:
             self.replay.add_iteration(samples)
             samples = self.replay.draw(max(len(samples), int(cfg.rollout.replay_samples)))
@@ -191,7 +191,7 @@ class OnlineRL:
             report = await self.evaluate()
             log.eval = report.to_dict()
             metrics["eval/success_rate"] = report.success_rate
-        self.trainer.log(metrics)
+        self.trainer.log(metrics, prefix="")
         self.trainer.maybe_save()
         self.history.append(log)
         return log

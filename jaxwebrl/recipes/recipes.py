@@ -1,7 +1,6 @@
-"""The papers' online recipes as small compositions: how a batch of finished groups becomes training samples.
-
-Each recipe names its sample cut (per trajectory / per turn), its normalisation, its group filter (dynamic
-sampling) and its reward/advantage/filter step. The online loop (`online.py`) is the same for all of them.
+"""The papers' online recipes: the reward each trajectory gets, which groups count, and the paper defaults
+for cutting samples. Filters, advantages and sample construction are `train.batches.trajectories_to_samples`,
+shared with training from records.
 
 | recipe       | samples    | norm          | reward / advantage                         | group filter        |
 |--------------|------------|---------------|--------------------------------------------|---------------------|
@@ -17,76 +16,64 @@ import dataclasses
 from typing import Any, Callable, Sequence
 
 from jaxwebrl.data.records import Trajectory
-from jaxwebrl.data.samples import Sample, build_samples
+from jaxwebrl.data.samples import Sample
 from jaxwebrl.rollout.collector import Group
-from jaxwebrl.train.advantages import (
-    assign_group_advantages, has_reward_variance, mask_failed, openwebrl_reward, rft_select, webgym_filter,
-)
-
-# Terminations whose trajectories train nothing (infrastructure failures, DESIGN principle 8).
-FAILED = ("env_error", "timeout", "judge_error", "sandbox_failure", "init_failure", "env_step_error")
+from jaxwebrl.train.advantages import has_reward_variance, openwebrl_reward
+from jaxwebrl.train.batches import trajectories_to_samples
 
 
 @dataclasses.dataclass(frozen=True)
 class OnlineRecipe:
     name: str
-    per: str
-    norm: str
-    prepare: Callable[[list[Trajectory], Any], list[Trajectory]]
-    accept: Callable[[Group], bool] = lambda g: True
+    per: str  # the paper's sample cut (configs set data.per to it)
+    norm: str  # the paper's normalisation (configs set data.norm to it)
+    reward: Callable[[Trajectory], float]
 
 
-def _grpo(trajs: list[Trajectory], cfg: Any) -> list[Trajectory]:
-    return assign_group_advantages(mask_failed(trajs, FAILED), bool(cfg.train.scale_adv_by_std), float(cfg.train.adv_eps))
+def _success(t: Trajectory) -> float:
+    return 1.0 if t.metadata.get("success") else 0.0
 
 
-def _openwebrl(trajs: list[Trajectory], cfg: Any) -> list[Trajectory]:
-    for t in trajs:
-        # the rule evaluator stands in for the judge; it only counts when the episode ended with an answer
-        success = bool(t.metadata.get("success")) if t.termination == "done" else None
-        t.reward = openwebrl_reward(_as_openwebrl_termination(t), success)
-    return _grpo(trajs, cfg)
-
-
-def _as_openwebrl_termination(t: Trajectory) -> Trajectory:
-    if t.termination == "format_errors":
-        return dataclasses.replace(t, termination="format_error")
-    return t
-
-
-def _openwebrl_accept(group: Group) -> bool:
-    for t in group.trajectories:
-        success = bool(t.metadata.get("success")) if t.termination == "done" else None
-        t.reward = openwebrl_reward(_as_openwebrl_termination(t), success)
-    return has_reward_variance(group.trajectories)
-
-
-def _webgym(trajs: list[Trajectory], cfg: Any) -> list[Trajectory]:
-    return webgym_filter([t for t in trajs if t.termination not in FAILED])
-
-
-def _browseragent(trajs: list[Trajectory], cfg: Any) -> list[Trajectory]:
-    return rft_select([t for t in trajs if t.termination not in FAILED], k=int(cfg.rollout.group_size))
+def _openwebrl(t: Trajectory) -> float:
+    # The rule evaluator stands in for the judge; it is only consulted when the episode ended with an answer.
+    judged = bool(t.metadata.get("success")) if t.termination == "done" else None
+    return openwebrl_reward(t, judged)
 
 
 RECIPES: dict[str, OnlineRecipe] = {
-    "webagent_r1": OnlineRecipe("webagent_r1", "trajectory", "webagent_r1", _grpo),
-    "openwebrl": OnlineRecipe("openwebrl", "turn", "per_turn", _openwebrl, _openwebrl_accept),
-    "webgym": OnlineRecipe("webgym", "turn", "traj_sum", _webgym),
-    "browseragent": OnlineRecipe("browseragent", "turn", "token_mean", _browseragent),
+    "webagent_r1": OnlineRecipe("webagent_r1", "trajectory", "webagent_r1", _success),
+    "openwebrl": OnlineRecipe("openwebrl", "turn", "per_turn", _openwebrl),
+    "webgym": OnlineRecipe("webgym", "turn", "traj_sum", _success),
+    "browseragent": OnlineRecipe("browseragent", "turn", "token_mean", _success),
 }
 
 
 def get_recipe(name: str) -> OnlineRecipe:
     if name not in RECIPES:
         raise ValueError(f"recipe {name!r} has no online RL loop; choose one of {sorted(RECIPES)} "
-                         "(use recipe='sft' or 'nnetnav' with scripts/train.py for demonstration files)")
+                         "(recipe='sft' or 'nnetnav' train on demonstration files with data.kind='sft')")
     return RECIPES[name]
 
 
-def make_samples(recipe: OnlineRecipe, trajs: Sequence[Trajectory], cfg: Any) -> tuple[list[Trajectory], list[Sample]]:
-    """Reward/advantage/filter, then cut into samples with the config's (or the recipe's) cut and norm."""
-    prepared = recipe.prepare(list(trajs), cfg)
-    per = cfg.data.per or recipe.per
-    norm = cfg.data.norm or recipe.norm
-    return prepared, build_samples(prepared, per=per, norm=norm, max_len=int(cfg.train.seq_len))
+def assign_rewards(recipe: OnlineRecipe, trajectories: Sequence[Trajectory]) -> None:
+    for t in trajectories:
+        t.reward = recipe.reward(t)
+
+
+def group_filter(recipe: OnlineRecipe, cfg: Any) -> Callable[[Group], bool]:
+    """Dynamic sampling (drop groups whose rewards are all equal) when the config asks for it."""
+    if not bool(cfg.train.dynamic_sampling):
+        return lambda g: True
+
+    def accept(group: Group) -> bool:
+        assign_rewards(recipe, group.trajectories)
+        return has_reward_variance(group.trajectories)
+
+    return accept
+
+
+def make_samples(recipe: OnlineRecipe, trajs: Sequence[Trajectory], cfg: Any) -> list[Sample]:
+    """Rewards, then the shared filters/advantages/sample cut of `trajectories_to_samples`."""
+    trajs = list(trajs)
+    assign_rewards(recipe, trajs)
+    return trajectories_to_samples(cfg, trajs, rft_k=int(cfg.rollout.group_size))

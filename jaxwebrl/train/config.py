@@ -106,7 +106,101 @@ def default_config() -> ml_collections.ConfigDict:
 
     c.hardware = ml_collections.ConfigDict()
     c.hardware.peak_flops = 0.0  # per chip; 0 = from the table by device kind
+
+    # ---- online RL (data.kind='online'): browsers, agent, rollout, engine ----------------------------
+    c.env = ml_collections.ConfigDict()
+    c.env.suite = "miniwob"  # miniwob | local_sites
+    c.env.tasks = ""  # comma-separated task names ('' = the suite's train split)
+    c.env.eval_tasks = ""  # held-out tasks for evaluation ('' = the training tasks, on held-out seeds)
+    c.env.action_space = "webagent_r1"  # webarena | webagent_r1 | openwebrl | bid
+    c.env.text_mode = "html"  # axtree | html | both | none
+    c.env.text_budget_chars = 16000
+    c.env.num_browsers = 1
+    c.env.contexts_per_browser = 8
+    c.env.train_seeds = 1000  # task instances to draw training episodes from
+    c.env.eval_seeds = 10  # held-out instances per evaluation task
+    c.env.difficulty_ratio = ""  # e.g. 'easy:2,medium:5,hard:3' (WebGym); '' = uniform over tasks
+    c.env.step_timeout_s = 45.0
+    c.env.episode_timeout_s = 600.0
+
+    c.agent = ml_collections.ConfigDict()
+    c.agent.strategy = "compress_past"  # compress_past | last_k_screenshots | memory | current_plus_history
+    c.agent.prompt_format = "webagent_r1"  # webagent_r1 | openwebrl | webgym | browseragent | bid
+    c.agent.max_steps = 15
+    c.agent.max_context_tokens = 16384
+    c.agent.max_new_tokens = 1024
+    c.agent.max_format_errors = 3
+    c.agent.last_k = 1
+    c.agent.temperature = 1.0
+    c.agent.top_p = 1.0
+
+    c.rollout = ml_collections.ConfigDict()
+    c.rollout.group_size = 4  # G trajectories per task instance
+    c.rollout.mode = "async"  # async | lockstep (benchmark baseline)
+    c.rollout.max_concurrent_groups = 2
+    c.rollout.max_policy_lag = 1  # drop groups more than this many policy versions old
+    c.rollout.groups_per_iteration = 4  # accepted groups per update
+    c.rollout.max_groups_per_iteration = 0  # give up after this many tried (0 = 4x groups_per_iteration)
+    c.rollout.limit_navigate = 0  # per-operation concurrency (0 = unlimited)
+    c.rollout.limit_execute = 0
+    c.rollout.limit_evaluate = 0
+    c.rollout.limit_generate = 0
+    c.rollout.horizon_per_difficulty = ""  # e.g. 'easy:10,medium:20,hard:30' (WebGym)
+    c.rollout.replay_iterations = 0  # WebGym replay: keep the last N iterations' samples (0 = off)
+    c.rollout.replay_power = 1.0
+    c.rollout.replay_samples = 0  # samples drawn per update from the replay buffer
+
+    c.engine = ml_collections.ConfigDict()
+    c.engine.type = "jax"  # jax | sglang
+    c.engine.num_slots = 8
+    c.engine.max_len = 4096
+    c.engine.seed = 0
+    c.engine.checkpoint = ""
+    c.engine.url = ""
+    c.engine.launch = False
+    c.engine.weight_sync = "disk"  # disk | restart (sglang)
+    c.engine.export_dir = ""
+    c.engine.request_timeout = 600.0
+    c.engine.retries = 3
+
+    c.rl = ml_collections.ConfigDict()
+    c.rl.iterations = 10
+    c.rl.eval_every = 0  # greedy evaluation on held-out seeds every N iterations (0 = off)
+
+    # ---- behaviour cloning from scripted demonstrations before RL (the local main job) ---------------
+    c.bc = ml_collections.ConfigDict()
+    c.bc.enabled = False
+    c.bc.demo_seeds = 40  # training instances per task played by the scripted solver
+    c.bc.vocab_size = 1024  # tokenizer trained on the demonstrations
+    c.bc.steps = 200
+    c.bc.lr = 1e-3
+    c.bc.micro_batch = 8
+
+    c.report = ml_collections.ConfigDict()
+    c.report.enabled = False  # evaluate random / BC / RL and write report.md + plots
+    c.report.eval_seeds = 20
+    c.quick = False  # true: apply `quick_overrides` (the config's smoke variant) before the run
+    c.quick_overrides = ml_collections.ConfigDict()  # same structure as the config, only the changed fields
     return c
+
+
+def apply_quick(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """With `quick=True`, overlay `quick_overrides` on the config (so `--config.quick=true` works even though
+    absl applies command-line overrides after get_config())."""
+    if not cfg.quick:
+        return cfg
+    _unknown_fields(cfg.quick_overrides, default_config(), prefix="quick_overrides.")
+    out = ml_collections.ConfigDict(cfg.to_dict())
+
+    def overlay(dst: ml_collections.ConfigDict, src: ml_collections.ConfigDict) -> None:
+        for key, value in src.items():
+            if isinstance(value, ml_collections.ConfigDict):
+                overlay(dst[key], value)
+            else:
+                dst[key] = value
+
+    overlay(out, cfg.quick_overrides)
+    return out
 
 
 # ---- validation ------------------------------------------------------------------------------------
@@ -119,13 +213,15 @@ def _fail(field: str, problem: str, fix: str) -> ConfigError:
 def _unknown_fields(cfg: Any, schema: Any, prefix: str = "") -> None:
     for key in cfg.keys():
         path = f"{prefix}{key}"
-        if path == "model.shape":
+        if path in ("model.shape", "quick_overrides.model.shape"):
             fields = {f.name for f in dataclasses.fields(ModelConfig)}
             for k in cfg[key].keys():
                 if k not in fields:
                     near = difflib.get_close_matches(k, fields, 1)
                     raise _fail(f"model.shape.{k}", "is not a ModelConfig field",
                                 f"did you mean model.shape.{near[0]}?" if near else f"use one of {sorted(fields)}")
+            continue
+        if path == "quick_overrides":  # checked against the whole schema by apply_quick
             continue
         if key not in schema:
             near = difflib.get_close_matches(key, list(schema.keys()), 1)
@@ -171,7 +267,14 @@ def validate_config(cfg: ml_collections.ConfigDict, num_devices: int, check_path
     _unknown_fields(cfg, default_config())
     _choice(cfg, "recipe", RECIPES)
     _choice(cfg, "model.source", ("tiny", "hf", "inline"))
-    _choice(cfg, "data.kind", ("sft", "trajectories"))
+    _choice(cfg, "data.kind", ("sft", "trajectories", "online"))
+    _choice(cfg, "env.suite", ("miniwob", "local_sites"))
+    _choice(cfg, "env.action_space", ("webarena", "webagent_r1", "openwebrl", "bid"))
+    _choice(cfg, "env.text_mode", ("axtree", "html", "both", "none"))
+    _choice(cfg, "agent.strategy", ("compress_past", "last_k_screenshots", "memory", "current_plus_history"))
+    _choice(cfg, "agent.prompt_format", ("webagent_r1", "openwebrl", "webgym", "browseragent", "bid"))
+    _choice(cfg, "rollout.mode", ("async", "lockstep"))
+    _choice(cfg, "engine.type", ("jax", "sglang"))
     _choice(cfg, "data.per", ("turn", "trajectory"))
     _choice(cfg, "data.norm", ("webagent_r1", "per_turn", "token_mean", "seq_mean_token_mean", "traj_sum"))
     _choice(cfg, "data.mode", ("pack", "pad"))
@@ -215,10 +318,10 @@ def validate_config(cfg: ml_collections.ConfigDict, num_devices: int, check_path
         if cfg.model.ref_path and not os.path.isfile(os.path.join(cfg.model.ref_path, "config.json")):
             raise _fail("model.ref_path", f"{cfg.model.ref_path!r} has no config.json",
                         "point it at a HuggingFace checkpoint dir, or '' to use the initial policy")
-        for f in data_files(cfg):
+        for f in data_files(cfg) if cfg.data.kind != "online" else []:
             if not os.path.exists(f):
                 raise _fail("data.train_files", f"{f!r} does not exist", "fix the path, or leave it empty with data.demo=True")
-        if not data_files(cfg) and not cfg.data.demo:
+        if cfg.data.kind != "online" and not data_files(cfg) and not cfg.data.demo:
             raise _fail("data.train_files", "is empty and data.demo=False", "give .jsonl/.array_record files or set data.demo=True")
         if cfg.checkpoint.resume:
             d = checkpoint_dir(cfg)

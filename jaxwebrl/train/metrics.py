@@ -62,11 +62,12 @@ class MetricsWriter:
             return
         clean = {k: float(v) for k, v in metrics.items()}
         assert self._jsonl is not None
-        self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **{f"{prefix}/{k}": v for k, v in clean.items()}}) + "\n")
+        named = {(f"{prefix}/{k}" if prefix else k): v for k, v in clean.items()}
+        self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **named}) + "\n")
         self._jsonl.flush()
         if self._tb is not None:
-            for k, v in clean.items():
-                self._tb.add_scalar(f"{prefix}/{k}", v, int(step))
+            for k, v in named.items():
+                self._tb.add_scalar(k, v, int(step))
 
     def close(self) -> None:
         if self._jsonl is not None:

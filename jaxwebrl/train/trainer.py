@@ -231,8 +231,9 @@ class Trainer:
         export_hf(self.model_cfg, self.params, out, tokenizer_dir=self.tokenizer_dir, dtype=dtype)
         return str(out)
 
-    def log(self, metrics: dict[str, float] | None = None) -> None:
-        self.writer.write(self.step, metrics or self.last_metrics)
+    def log(self, metrics: dict[str, float] | None = None, prefix: str = "train") -> None:
+        """Write scalars (TensorBoard + JSONL) at the current step; names get `prefix/` unless it is ''."""
+        self.writer.write(self.step, metrics or self.last_metrics, prefix)
 
     def close(self) -> None:
         if self.checkpointer is not None:

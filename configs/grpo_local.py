@@ -1,0 +1,87 @@
+"""The main job on the embedded default: a small policy learns MiniWoB++ on CPU, no downloads.
+
+    python scripts/train.py --config configs/grpo_local.py                    # full run (<= 30 min, 2 cores)
+    python scripts/train.py --config configs/grpo_local.py --config.quick=true  # smoke run (<= 5 min)
+
+Stages (jaxwebrl/recipes/run.py): scripted solvers make demonstrations on training seeds -> a BPE tokenizer
+and a small Qwen3-style model are built from scratch -> behaviour cloning (SFT) -> WebAgent-R1 M-GRPO with
+real Chromium, the JaxEngine and asynchronous group rollouts -> greedy evaluation of random / BC / RL on
+held-out seeds -> report.md, plots, TensorBoard logs, HF export. An interrupted run resumes per stage.
+"""
+
+from jaxwebrl.train.config import default_config
+
+TASKS = "click-button,click-link,click-option,click-tab,click-checkboxes,focus-text"
+
+
+def get_config():
+    c = default_config()
+    c.recipe = "webagent_r1"
+    c.workdir = "runs/grpo_local"
+    c.seed = 0
+    c.mesh = {"data": 1, "fsdp": -1, "tensor": 1}
+
+    c.model.source = "inline"  # replaced by the BC policy's export once behaviour cloning ran
+    c.model.shape = dict(architecture="qwen3", vocab_size=1024, hidden_size=128, intermediate_size=384,
+                         num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32, qk_norm=True,
+                         tie_word_embeddings=True, max_position_embeddings=2048, rope_theta=10000.0)
+
+    c.env.suite = "miniwob"
+    c.env.tasks = TASKS
+    c.env.action_space = "bid"
+    c.env.text_mode = "axtree"
+    c.env.text_budget_chars = 1200
+    c.env.contexts_per_browser = 8
+    c.env.eval_seeds = 20
+
+    c.agent.strategy = "compress_past"
+    c.agent.prompt_format = "bid"
+    c.agent.max_steps = 6
+    c.agent.max_context_tokens = 2048
+    c.agent.max_new_tokens = 24
+    c.agent.max_format_errors = 2
+    c.agent.temperature = 1.0
+
+    c.data.kind = "online"
+    c.data.per = "trajectory"  # WebAgent-R1: one sequence per trajectory on the compressed context
+    c.data.norm = "webagent_r1"
+    c.train.seq_len = 1024
+    c.train.micro_batch = 8
+    c.train.epochs = 1
+    c.train.old_logprobs = "recompute"
+
+    c.rollout.group_size = 4
+    c.rollout.groups_per_iteration = 8
+    c.rollout.max_concurrent_groups = 2
+    c.engine.num_slots = 8
+    c.engine.max_len = 2048
+
+    c.loss.kind = "grpo"
+    c.loss.eps_low = c.loss.eps_high = 0.2
+    c.loss.beta = 0.001
+    c.optim.lr = 2e-5
+    c.optim.b1, c.optim.b2 = 0.9, 0.99
+    c.optim.max_grad_norm = 1.0
+
+    c.bc.enabled = True
+    c.bc.demo_seeds = 40
+    c.bc.vocab_size = 1024
+    c.bc.steps = 300
+    c.bc.lr = 2e-3
+    c.bc.micro_batch = 8
+
+    c.rl.iterations = 10
+    c.rl.eval_every = 0
+    c.report.enabled = True
+    c.report.eval_seeds = 20
+    c.checkpoint.every = 0
+    c.checkpoint.keep = 2
+
+    q = c.quick_overrides
+    q.workdir = "runs/grpo_local_quick"
+    q.bc = dict(demo_seeds=6, steps=30)
+    q.rl = dict(iterations=1)
+    q.rollout = dict(groups_per_iteration=2)
+    q.report = dict(eval_seeds=2)
+    q.model = dict(shape=dict(c.model.shape.to_dict(), num_layers=2, hidden_size=64, intermediate_size=128, head_dim=16))
+    return c

@@ -1,0 +1,95 @@
+"""The run report: a per-task success table for several policies, plots over RL iterations, report.md."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from jaxwebrl.recipes.evaluate import EvalReport  # noqa: E402
+
+
+def success_table(reports: Mapping[str, EvalReport]) -> str:
+    """Markdown table: one row per task, one column per policy, then the overall row with 95% intervals."""
+    names = list(reports)
+    tasks = sorted({t for r in reports.values() for t in r.per_task})
+    lines = ["| task | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for t in tasks:
+        cells = []
+        for n in names:
+            s, k = reports[n].per_task.get(t, (0, 0))
+            cells.append(f"{s}/{k} ({s / max(1, k):.0%})")
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    overall = []
+    for n in names:
+        r = reports[n]
+        lo, hi = r.interval
+        overall.append(f"**{r.success_rate:.1%}** [{lo:.1%}, {hi:.1%}] n={r.episodes}")
+    lines.append("| **overall** (95% Wilson CI) | " + " | ".join(overall) + " |")
+    return "\n".join(lines)
+
+
+def plot_history(history: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
+    """reward and success over RL iterations (rollout, and greedy eval where it ran)."""
+    if not history:
+        return []
+    its = [h["iteration"] for h in history]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax[0].plot(its, [h["metrics"].get("rollout/reward", 0) for h in history], marker="o")
+    ax[0].set(title="rollout reward (sampled, T=1)", xlabel="RL iteration", ylabel="mean reward")
+    ax[1].plot(its, [h["metrics"].get("rollout/success_rate", 0) for h in history], marker="o", label="rollout")
+    evals = [(h["iteration"], h["eval"]["success_rate"]) for h in history if h.get("eval")]
+    if evals:
+        ax[1].plot(*zip(*evals), marker="s", label="greedy eval (held-out seeds)")
+    ax[1].set(title="success rate", xlabel="RL iteration", ylim=(0, 1.02))
+    ax[1].legend()
+    fig.tight_layout()
+    path = out / "rl_curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def plot_per_task(reports: Mapping[str, EvalReport], out: Path) -> Path:
+    tasks = sorted({t for r in reports.values() for t in r.per_task})
+    width = 0.8 / max(1, len(reports))
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(tasks)), 3.8))
+    for i, (name, r) in enumerate(reports.items()):
+        rates = [r.per_task.get(t, (0, 1))[0] / max(1, r.per_task.get(t, (0, 1))[1]) for t in tasks]
+        ax.bar([j + i * width for j in range(len(tasks))], rates, width, label=name)
+    ax.set_xticks([j + width * (len(reports) - 1) / 2 for j in range(len(tasks))])
+    ax.set_xticklabels([t.split(".", 1)[-1] for t in tasks], rotation=30, ha="right")
+    ax.set(ylabel="greedy success (held-out seeds)", ylim=(0, 1.05))
+    ax.legend()
+    fig.tight_layout()
+    path = out / "per_task_success.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(
+    out_dir: str | os.PathLike[str],
+    reports: Mapping[str, EvalReport],
+    history: Sequence[Mapping[str, Any]] = (),
+    sections: Mapping[str, str] | None = None,
+    title: str = "jaxwebrl run report",
+) -> Path:
+    """report.md (+ PNG plots, + eval.json) in `out_dir`; `sections` are extra markdown blocks by heading."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = plot_history(history, out) + [plot_per_task(reports, out)]
+    md = [f"# {title}", "", "## Greedy success on held-out task instances", "", success_table(reports), ""]
+    for path in plots:
+        md += [f"![{path.stem}]({path.name})", ""]
+    for heading, body in (sections or {}).items():
+        md += [f"## {heading}", "", body, ""]
+    (out / "report.md").write_text("\n".join(md))
+    (out / "eval.json").write_text(json.dumps({k: r.to_dict() for k, r in reports.items()}, indent=2))
+    return out / "report.md"
