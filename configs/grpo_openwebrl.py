@@ -13,9 +13,8 @@ def get_config():
     c.model.path = "checkpoints/Qwen3-4B"
     c.model.dtype = "bfloat16"
     c.model.remat = True
-    c.data.kind = "trajectories"
+    c.data.kind = "online"
     c.data.demo = False
-    c.data.train_files = "data/openwebrl_rollouts.jsonl"
     c.data.per = "turn"
     c.data.norm = "per_turn"
     c.train.groups_per_step = 48
@@ -33,4 +32,30 @@ def get_config():
     c.optim.lr = 1e-6
     c.optim.b1, c.optim.b2 = 0.9, 0.98
     c.optim.weight_decay = 0.1
+
+    # Rollouts: 13 coordinate tools as JSON tool calls, all responses + feedback kept, last K=1 page state
+    # (text until a vision model exists), temperature 0.8, 48 effective groups of 5, horizon 15.
+    c.env.suite = "local_sites"
+    c.env.action_space = "openwebrl"
+    c.env.text_mode = "axtree"
+    c.env.num_browsers = 10
+    c.env.contexts_per_browser = 10
+    c.env.step_timeout_s = 45.0
+    c.env.episode_timeout_s = 600.0
+    c.agent.strategy = "last_k_screenshots"
+    c.agent.prompt_format = "openwebrl"
+    c.agent.last_k = 1
+    c.agent.max_steps = 15
+    c.agent.max_context_tokens = 32768
+    c.agent.max_new_tokens = 2048
+    c.agent.max_format_errors = 3
+    c.agent.temperature = 0.8
+    c.rollout.group_size = 5
+    c.rollout.groups_per_iteration = 48
+    c.rollout.max_concurrent_groups = 20
+    c.rollout.max_groups_per_iteration = 400
+    c.engine.type = "sglang"
+    c.engine.launch = True
+    c.engine.weight_sync = "restart"
+    c.rl.iterations = 200
     return c

@@ -32,7 +32,7 @@ def get_config():
     c.model.param_dtype = "float32"
     c.model.remat = True
     c.model.scan_layers = True
-    c.data.kind = "trajectories"
+    c.data.kind = "online"  # rollouts from browsers (the local sites here; WebArena-Lite on a real setup)
     c.data.demo = False
     c.data.per = "trajectory"
     c.data.norm = "webagent_r1"
@@ -60,4 +60,27 @@ def get_config():
     c.checkpoint.best_metric = ""
     c.checkpoint.export_every = 100
     c.hardware.peak_flops = 459e12  # TPU v5p bf16 per chip
+
+    # Rollouts: simplified HTML with ids, do()/exit() actions, compressed history, G=4, 15 steps (repo).
+    c.env.suite = "local_sites"
+    c.env.action_space = "webagent_r1"
+    c.env.text_mode = "html"
+    c.env.text_budget_chars = 48000
+    c.env.num_browsers = 4
+    c.env.contexts_per_browser = 16
+    c.agent.strategy = "compress_past"
+    c.agent.prompt_format = "webagent_r1"
+    c.agent.max_steps = 15
+    c.agent.max_context_tokens = 16384
+    c.agent.max_new_tokens = 1024
+    c.agent.temperature = 1.0
+    c.agent.top_p = 1.0
+    c.rollout.group_size = 4
+    c.rollout.groups_per_iteration = 16  # batch 16 tasks
+    c.rollout.max_concurrent_groups = 16
+    c.engine.type = "sglang"  # SGLang servers (sgl_jax on TPU) behind engine.url(s); 'jax' runs the built-in sampler
+    c.engine.launch = True
+    c.engine.weight_sync = "restart"
+    c.rl.iterations = 1000
+    c.rl.eval_every = 20
     return c

@@ -12,9 +12,8 @@ def get_config():
     c.model.path = "checkpoints/Qwen3-8B"
     c.model.dtype = "bfloat16"
     c.model.remat = True
-    c.data.kind = "trajectories"
+    c.data.kind = "online"
     c.data.demo = False
-    c.data.train_files = "data/webgym_rollouts.jsonl"
     c.data.per = "turn"
     c.data.norm = "traj_sum"
     c.train.groups_per_step = 64
@@ -26,4 +25,33 @@ def get_config():
     c.loss.kind = "sft"
     c.optim.lr = 1e-6
     c.optim.max_grad_norm = 1.0
+
+    # Rollouts: memory prompt, horizon per difficulty (10/20/30), difficulty ratio 2:5:3, replay of the
+    # last 4 iterations with recency power 1, per-operation concurrency limits, at most 2 browsers per CPU.
+    c.env.suite = "local_sites"
+    c.env.action_space = "webarena"
+    c.env.text_mode = "axtree"
+    c.env.difficulty_ratio = "easy:2,medium:5,hard:3"
+    c.env.num_browsers = 16
+    c.env.contexts_per_browser = 16
+    c.agent.strategy = "memory"
+    c.agent.prompt_format = "webgym"
+    c.agent.max_steps = 30
+    c.agent.max_context_tokens = 16384
+    c.agent.max_new_tokens = 1024
+    c.rollout.group_size = 1  # REINFORCE needs no groups
+    c.rollout.groups_per_iteration = 256
+    c.rollout.max_concurrent_groups = 256
+    c.rollout.horizon_per_difficulty = "easy:10,medium:20,hard:30"
+    c.rollout.replay_iterations = 4
+    c.rollout.replay_power = 1.0
+    c.rollout.replay_samples = 1500
+    c.rollout.limit_navigate = 32
+    c.rollout.limit_execute = 64
+    c.rollout.limit_evaluate = 32
+    c.rollout.limit_generate = 256
+    c.engine.type = "sglang"
+    c.engine.launch = True
+    c.engine.weight_sync = "restart"
+    c.rl.iterations = 100
     return c

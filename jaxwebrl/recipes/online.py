@@ -19,6 +19,7 @@ import os
 import time
 from typing import Any, AsyncIterator, Callable
 
+import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -138,7 +139,12 @@ class OnlineRL:
         pool_cfg = PoolConfig(num_browsers=int(cfg.env.num_browsers), contexts_per_browser=int(cfg.env.contexts_per_browser))
         self.pool = await self._stack.enter_async_context(BrowserPool(pool_cfg, self.env_cfg))
         self.version = self.trainer.step
-        self.engine = make_engine(cfg.engine, params=self.trainer.params, model_cfg=self.trainer.model_cfg,
+        engine_cfg = cfg.engine
+        if engine_cfg.type == "sglang" and engine_cfg.launch and not engine_cfg.checkpoint:
+            # a launched server starts on the current policy, exported where it can read it
+            engine_cfg = ml_collections.ConfigDict(engine_cfg.to_dict())
+            engine_cfg.checkpoint = self.trainer.export(os.path.join(cfg.workdir, "engine_init"))
+        self.engine = make_engine(engine_cfg, params=self.trainer.params, model_cfg=self.trainer.model_cfg,
                                   tokenizer=self.tokenizer, version=self.version)
         self._stack.push_async_callback(self.engine.close)
         self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg,

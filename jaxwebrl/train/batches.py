@@ -29,7 +29,7 @@ def trajectories_to_samples(config: ml_collections.ConfigDict, trajectories: Seq
     trajs = list(trajectories)
     if recipe == "webgym":
         trajs = webgym_filter(trajs)
-    elif recipe == "browseragent" and config.loss.kind == "sft" and config.data.kind == "trajectories":
+    elif recipe == "browseragent" and config.loss.kind == "sft" and config.data.kind in ("trajectories", "online"):
         trajs = rft_select(trajs, rft_k)
     elif config.loss.kind == "grpo":
         if recipe == "openwebrl":
