@@ -66,7 +66,7 @@ def get_config():
     c.bc.enabled = True
     c.bc.demo_seeds = 40
     c.bc.vocab_size = 1024
-    c.bc.steps = 300
+    c.bc.steps = 150
     c.bc.lr = 2e-3
     c.bc.micro_batch = 8
 

@@ -73,6 +73,9 @@ _START_JS = """(args) => {
   Math.seedrandom(String(seed));
   core.EPISODE_MAX_TIME = maxMs;
   core.startEpisodeReal();
+  // The reward/timer panel is bookkeeping, not part of the task: hidden, it stays out of observations.
+  const panel = document.getElementById('reward-display');
+  if (panel) panel.style.display = 'none';
   return true;
 }"""
 

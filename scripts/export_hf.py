@@ -20,27 +20,15 @@ _DTYPE = flags.DEFINE_string("dtype", None, "Tensor dtype in the export (default
 _TOKENIZER = flags.DEFINE_string("tokenizer", None, "Tokenizer dir to copy (default: the one recorded in the checkpoint).")
 
 
-def export(checkpoint: str, out: str, step: int | None = None, dtype: str | None = None, tokenizer: str | None = None) -> str:
-    from jaxwebrl.models import abstract_params, export_hf
-    from jaxwebrl.train.checkpoint import Checkpointer, model_config_from_json
-
-    ck = Checkpointer(checkpoint, async_save=False)
-    step = ck.latest_step() if step is None else step
-    if step is None:
-        raise SystemExit(f"--checkpoint {checkpoint}: no checkpoint steps found there")
-    meta = ck.read_meta(step)
-    cfg = model_config_from_json(meta["model"])
-    params = ck.restore_params(abstract_params(cfg), step)
-    tok = tokenizer or meta.get("tokenizer_dir")
-    export_hf(cfg, params, out, tokenizer_dir=tok if tok and os.path.isdir(tok) else None, dtype=dtype)
-    ck.close()
-    return out
-
-
 def main(argv: list[str]) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)
-    out = export(_CKPT.value, _OUT.value, _STEP.value, _DTYPE.value, _TOKENIZER.value)
+    from jaxwebrl.train.export import export_checkpoint
+
+    try:
+        out = export_checkpoint(_CKPT.value, _OUT.value, _STEP.value, _DTYPE.value, _TOKENIZER.value)
+    except FileNotFoundError as exc:
+        raise SystemExit(f"--checkpoint: {exc}")
     print(f"exported step to {out}")
 
 

@@ -174,7 +174,8 @@ def reinforcement_learning(cfg: ml_collections.ConfigDict, start_dir: str | None
 # ---- stage 3: report ---------------------------------------------------------------------------------
 
 
-async def _evaluate_dirs(cfg: ml_collections.ConfigDict, policies: dict[str, str]) -> dict[str, Any]:
+async def evaluate_checkpoints(cfg: ml_collections.ConfigDict, policies: dict[str, str], eval_seeds: int) -> dict[str, Any]:
+    """Greedy evaluation of HF policy directories on the config's held-out tasks and `eval_seeds` test seeds."""
     from jaxwebrl.browser.config import PoolConfig
     from jaxwebrl.browser.pool import BrowserPool
     from jaxwebrl.engines.jax_engine import JaxEngine
@@ -185,16 +186,17 @@ async def _evaluate_dirs(cfg: ml_collections.ConfigDict, policies: dict[str, str
     reports = {}
     try:
         _, _, eval_tasks, _ = split_tasks(suite, cfg)
-        seeds = suite.seeds("test", int(cfg.report.eval_seeds))
+        seeds = suite.seeds("test", eval_seeds)
         env_cfg = env_config_from(cfg)
         pool_cfg = PoolConfig(num_browsers=int(cfg.env.num_browsers), contexts_per_browser=int(cfg.env.contexts_per_browser))
         async with BrowserPool(pool_cfg, env_cfg) as pool:
             for name, path in policies.items():
+                tokenizer = load_tokenizer(path)
                 engine = JaxEngine.from_checkpoint(path, num_slots=int(cfg.engine.num_slots), max_len=int(cfg.engine.max_len),
-                                                   tokenizer=load_tokenizer(path))
+                                                   tokenizer=tokenizer)
                 try:
                     t0 = time.time()
-                    reports[name] = await evaluate(engine, load_tokenizer(path), pool, env_cfg, eval_tasks, seeds,
+                    reports[name] = await evaluate(engine, tokenizer, pool, env_cfg, eval_tasks, seeds,
                                                    agent_config_from(cfg), concurrency=pool_cfg.capacity)
                     _log(f"eval {name}: success {reports[name].success_rate:.1%} over {reports[name].episodes} "
                          f"episodes ({time.time() - t0:.0f}s)")
@@ -236,7 +238,7 @@ def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
         from jaxwebrl.recipes.report import write_report
 
         policies = {"random": str(work / "policy_init"), "BC": start, "RL": final} if start else {"RL": final}
-        reports = asyncio.run(_evaluate_dirs(cfg, policies))
+        reports = asyncio.run(evaluate_checkpoints(cfg, policies, int(cfg.report.eval_seeds)))
         summary["eval"] = {k: r.to_dict() for k, r in reports.items()}
         wall = time.time() - t0
         summary["wall_s"] = wall

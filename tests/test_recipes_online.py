@@ -1,0 +1,155 @@
+"""The online loop end to end on MiniWoB++ with real Chromium and the JaxEngine:
+
+- the main job's smoke variant (`configs/grpo_local.py`, quick=true): scripted demonstrations -> tokenizer ->
+  behaviour cloning -> one M-GRPO iteration -> evaluation report, HF export loaded by transformers;
+- an interrupted run resumes from its last checkpoint;
+- every paper recipe runs one short iteration from its own config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ml_collections import config_flags  # noqa: F401  (configs are plain modules)
+from safetensors.numpy import load_file
+
+from jaxwebrl.train.config import apply_quick, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_config(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    from jaxwebrl.recipes.run import run_online
+
+    cfg = _load_config("grpo_local")
+    cfg.quick = True
+    cfg = apply_quick(cfg)
+    cfg.workdir = str(tmp_path_factory.mktemp("grpo_local_quick"))
+    cfg.log.progress = False
+    validate_config(cfg, 1)
+    summary = run_online(cfg)
+    return cfg, summary
+
+
+def test_quick_main_job_end_to_end(quick_run):
+    cfg, summary = quick_run
+    work = Path(cfg.workdir)
+    # stage outputs
+    assert (work / "bc_demos.jsonl").stat().st_size > 0
+    for d in ("policy_init", "bc/hf", "rl/hf"):
+        assert (work / d / "config.json").exists() and (work / d / "tokenizer.json").exists(), d
+    # the report: three policies, per task and overall, plots, exported model loaded by transformers
+    report = (work / "report.md").read_text()
+    assert "| task | random | BC | RL |" in report and "**overall**" in report
+    assert "Qwen3ForCausalLM" in report and "loaded" in report
+    for png in ("rl_curves.png", "per_task_success.png"):
+        assert (work / png).stat().st_size > 1000
+    evals = json.loads((work / "eval.json").read_text())
+    n_tasks = len(cfg.env.tasks.split(","))
+    for name in ("random", "BC", "RL"):
+        assert evals[name]["episodes"] == n_tasks * int(cfg.report.eval_seeds)
+    # TensorBoard event files for both training stages
+    for logs in ("bc/logs", "rl/logs"):
+        assert any(f.startswith("events.out.tfevents") for f in os.listdir(work / logs)), logs
+
+
+def test_one_mgrpo_iteration_updates_policy_and_engine(quick_run):
+    cfg, _ = quick_run
+    work = Path(cfg.workdir)
+    (record,) = [json.loads(line) for line in (work / "rl" / "history.jsonl").read_text().splitlines()]
+    m = record["metrics"]
+    assert m["rollout/episodes"] >= int(cfg.rollout.group_size) * int(cfg.rollout.groups_per_iteration)
+    assert m["train/samples_used"] > 0 and math.isfinite(m["train/loss"])
+    assert m["policy_version"] >= 1  # the engine now serves the updated weights, stamped with the new version
+    bc = load_file(str(work / "bc" / "hf" / "model.safetensors"))
+    rl = load_file(str(work / "rl" / "hf" / "model.safetensors"))
+    changed = [k for k in bc if not np.array_equal(bc[k], rl[k])]
+    assert changed, "one M-GRPO iteration left every parameter unchanged"
+
+
+def test_interrupted_run_resumes_from_last_checkpoint(quick_run):
+    from jaxwebrl.recipes.run import run_online
+
+    cfg, _ = quick_run
+    work = Path(cfg.workdir)
+    step_before = max(int(n) for n in os.listdir(work / "rl" / "checkpoints") if n.isdigit())
+    demos_mtime = (work / "bc_demos.jsonl").stat().st_mtime
+    cfg.rl.iterations = 2
+    cfg.report.enabled = False
+    run_online(cfg)
+    history = [json.loads(line) for line in (work / "rl" / "history.jsonl").read_text().splitlines()]
+    assert [h["iteration"] for h in history] == [0, 1]  # the first iteration was not repeated
+    assert (work / "bc_demos.jsonl").stat().st_mtime == demos_mtime  # BC was not redone
+    step_after = max(int(n) for n in os.listdir(work / "rl" / "checkpoints") if n.isdigit())
+    assert step_after > step_before
+    assert history[1]["metrics"]["policy_version"] > history[0]["metrics"]["policy_version"]
+
+
+@pytest.mark.parametrize("config_name", ["grpo_tpu", "grpo_openwebrl", "reinforce_webgym", "rft_browseragent"])
+def test_each_recipe_runs_one_iteration_from_its_config(quick_run, config_name, tmp_path):
+    from jaxwebrl.recipes.run import reinforcement_learning
+
+    base, _ = quick_run
+    cfg = _load_config(config_name)
+    paper = (cfg.recipe, cfg.agent.strategy, cfg.agent.prompt_format, cfg.env.action_space, cfg.loss.kind)
+    # Same recipe, context strategy, prompt format, action space and loss; a tiny model, engine and budget.
+    cfg.workdir = str(tmp_path)
+    cfg.multihost = False
+    cfg.model.source, cfg.model.path = "hf", str(Path(base.workdir) / "bc" / "hf")
+    cfg.model.dtype, cfg.model.param_dtype, cfg.model.remat = "float32", "float32", False
+    cfg.env.suite, cfg.env.tasks, cfg.env.text_mode = "miniwob", "click-button", "axtree"
+    cfg.env.text_budget_chars, cfg.env.num_browsers, cfg.env.contexts_per_browser = 600, 1, 4
+    cfg.env.difficulty_ratio = ""
+    cfg.agent.max_steps, cfg.agent.max_new_tokens, cfg.agent.max_context_tokens = 2, 16, 1024
+    cfg.rollout.group_size = 2
+    cfg.rollout.groups_per_iteration, cfg.rollout.max_concurrent_groups = 1, 1
+    cfg.rollout.max_groups_per_iteration = 2
+    cfg.rollout.replay_samples = min(int(cfg.rollout.replay_samples), 8)
+    cfg.rollout.horizon_per_difficulty = ""
+    cfg.engine.type, cfg.engine.num_slots, cfg.engine.max_len = "jax", 4, 1024
+    cfg.train.seq_len, cfg.train.micro_batch, cfg.train.accum_steps, cfg.train.logits_chunk = 1024, 2, 1, 0
+    cfg.rl.iterations, cfg.rl.eval_every = 1, 0
+    cfg.log.progress = False
+    validate_config(cfg, 1)
+    assert (cfg.recipe, cfg.agent.strategy, cfg.agent.prompt_format, cfg.env.action_space, cfg.loss.kind) == paper
+    final, history = reinforcement_learning(cfg, None)
+    assert len(history) == 1 and (Path(final) / "config.json").exists()
+    m = history[0]["metrics"]
+    assert m["rollout/groups_tried"] >= 1 and m["rollout/episodes"] >= 2
+    if m["train/samples_used"]:
+        assert math.isfinite(m["train/loss"])
+
+
+def test_eval_script_evaluates_hf_and_orbax_checkpoints(quick_run, tmp_path):
+    import subprocess
+    import sys
+
+    cfg, _ = quick_run
+    work = Path(cfg.workdir)
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "eval.py"), "--checkpoint", str(work / "bc" / "hf"),
+         "--checkpoint", str(work / "rl" / "checkpoints"), "--suite", "miniwob", "--tasks", "click-button,click-link",
+         "--episodes", "2", "--out", str(out), "--config.env.contexts_per_browser=4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evals = json.loads((out / "eval.json").read_text())
+    assert set(evals) == {"bc/hf", "rl/checkpoints"}
+    for r in evals.values():
+        assert r["episodes"] == 4 and set(r["per_task"]) == {"miniwob.click-button", "miniwob.click-link"}
+    assert "| task | bc/hf | rl/checkpoints |" in (out / "report.md").read_text()
