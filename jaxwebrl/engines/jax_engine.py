@@ -3,9 +3,10 @@
 Why this shape: rollouts are many short, independent agent turns (DESIGN.md principle 7), so a request
 must not wait for the longest one in its batch. The cache has `num_slots` rows; a new request is prefilled
 into a free row between decode steps, and one decode step advances every busy row by one token (each row
-at its own position). Prompt lengths are bucketed (powers of two up to `max_len`), so a run compiles one
-prefill per bucket and one decode program; `update_weights` swaps arrays of identical shape, dtype and
-sharding, so it never recompiles.
+at its own position). Prompt lengths are bucketed (powers of two up to `max_len`), and so is the part of
+the cache a decode step reads (up to just past the furthest busy slot, since attention cost grows with it),
+so a run compiles at most one prefill and one decode program per bucket; `update_weights` swaps arrays of
+identical shape, dtype and sharding, so it never recompiles.
 
 Threads: one asyncio task runs the scheduler; the jitted calls run in a single worker thread, so the event
 loop (shared with browser episodes) stays responsive while the device works.
@@ -79,7 +80,7 @@ class SchedulerEvent:
     time: float
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # identity, not field, equality: requests are found in queues by `is`
 class _Request:
     request_id: str
     prompt: np.ndarray
@@ -130,9 +131,10 @@ class JaxEngine:
         self.name = name
         self.num_slots = int(num_slots)
         self.max_len = int(max_len or min(cfg.max_position_embeddings, 4096))
-        self.buckets = tuple(sorted(buckets)) if buckets else prefill_buckets(self.max_len)
-        if self.buckets[-1] > self.max_len:
-            raise ValueError(f"buckets {self.buckets}: the largest must be <= max_len={self.max_len}")
+        if buckets and max(buckets) > self.max_len:
+            raise ValueError(f"buckets {tuple(buckets)}: the largest must be <= max_len={self.max_len}")
+        # max_len is always the last bucket, so every prompt that fits and every decode span has one.
+        self.buckets = tuple(sorted(set(buckets) | {self.max_len})) if buckets else prefill_buckets(self.max_len)
         self.mesh = mesh
         self.tokenizer = tokenizer
         self.version = int(version)
@@ -162,7 +164,8 @@ class JaxEngine:
         self._cache_dtype = cache_dtype
         self._uid = next(_ENGINE_IDS)
         self._prefill = jax.jit(_named(self._prefill_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,))
-        self._decode = jax.jit(_named(self._decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,))
+        self._decode = jax.jit(_named(self._decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,),
+                               static_argnums=(10,))
 
         S = self.num_slots
         self._slots: list[_Request | None] = [None] * S
@@ -232,10 +235,16 @@ class JaxEngine:
     def _decode_fn(
         self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
         seeds: jax.Array, counters: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array,
-        greedy: jax.Array,
+        greedy: jax.Array, span: int,
     ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
-        """One token for every slot: tokens/positions [S], each row at its own position."""
-        logits, cache = forward(self.cfg, params, tokens[:, None], positions[:, None], cache=cache)
+        """One token for every slot: tokens/positions [S], each row at its own position.
+
+        Attention cost grows with the cache length it reads, so the step runs on the first `span` cache
+        positions only (a bucket just above the furthest busy slot), not the whole `max_len`.
+        """
+        view = {n: jax.lax.slice_in_dim(cache[n], 0, span, axis=2) for n in ("k", "v")}
+        logits, view = forward(self.cfg, params, tokens[:, None], positions[:, None], cache=view)
+        cache = {n: jax.lax.dynamic_update_slice_in_dim(cache[n], view[n], 0, axis=2) for n in ("k", "v")}
         tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
         return cache, tok, lp
 
@@ -272,7 +281,20 @@ class JaxEngine:
         self._queue.append(req)
         assert self._wake is not None
         self._wake.set()
-        return await asyncio.shield(req.future)
+        try:
+            return await asyncio.shield(req.future)
+        except asyncio.CancelledError:  # the caller gave up (e.g. an episode timeout): free its slot
+            self._cancel(req)
+            raise
+
+    def _cancel(self, req: _Request) -> None:
+        if req in self._queue:
+            self._queue.remove(req)
+        for slot, held in enumerate(self._slots):
+            if held is req:
+                self._finish(slot, req, "abort")
+        if not req.future.done():
+            req.future.cancel()
 
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
         """Swap in new params (a tree, or a HF checkpoint dir) between decode steps; no recompilation."""
@@ -345,7 +367,10 @@ class JaxEngine:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"{self.name}-scheduler")
 
     def _bucket(self, n: int) -> int:
-        return next(b for b in self.buckets if b >= n)
+        for b in self.buckets:
+            if b >= n:
+                return b
+        raise ValueError(f"length {n} exceeds max_len={self.max_len}")  # generate() rejects such prompts first
 
     async def _run(self) -> None:
         assert self._wake is not None
@@ -416,11 +441,13 @@ class JaxEngine:
             # harmless (the result is ignored and the row is overwritten by the next prefill).
             if not any(r is not None for r in self._slots):
                 return first, None
+            busy = [slot for slot, r in enumerate(self._slots) if r is not None]
+            span = self._bucket(int(self._pos[busy].max()) + 1)
             # Copies: on CPU jax may alias numpy memory, and the loop thread mutates these arrays later.
             self._cache, toks, lps = self._decode(
                 params, self._cache, *(a.copy() for a in (
                     self._tok, self._pos, self._seed, self._count, self._temp, self._top_k, self._top_p, self._greedy
-                )),
+                )), span,
             )
             return first, (np.asarray(toks), np.asarray(lps))
 
