@@ -439,9 +439,10 @@ class JaxEngine:
                 self._set_slot(slot, req, tok, n)
             # Slots whose request just finished on its first token still hold it here; decoding them is
             # harmless (the result is ignored and the row is overwritten by the next prefill).
-            if not any(r is not None for r in self._slots):
-                return first, None
+            # One snapshot: callers may cancel (free slots) on the loop thread while this runs.
             busy = [slot for slot, r in enumerate(self._slots) if r is not None]
+            if not busy:
+                return first, None
             span = self._bucket(int(self._pos[busy].max()) + 1)
             # Copies: on CPU jax may alias numpy memory, and the loop thread mutates these arrays later.
             self._cache, toks, lps = self._decode(
