@@ -87,6 +87,13 @@ def test_make_engine_from_config(tiny: dict[str, Any]) -> None:
     assert isinstance(one, SGLangEngine)
     many = make_engine({"type": "sglang", "urls": ["http://127.0.0.1:1", "http://127.0.0.1:2"]})
     assert isinstance(many, Router) and len(many.engines) == 2
+    # The trainer's ConfigDict shape (jaxwebrl/train/config.py): empty strings mean "not set".
+    import ml_collections
+
+    cd = ml_collections.ConfigDict(dict(type="sglang", url="http://127.0.0.1:1", urls=[], checkpoint="",
+                                        launch=False, weight_sync="disk", export_dir="", max_len=4096))
+    from_cd = make_engine(cd, params=tiny["params"], model_cfg=tiny["cfg"])
+    assert isinstance(from_cd, SGLangEngine) and from_cd.export_dir is not None and from_cd.tokenizer_dir is None
     with pytest.raises(ValueError, match="engine.type='vllm' is unknown"):
         make_engine({"type": "vllm"})
     with pytest.raises(ValueError, match="engine.url"):

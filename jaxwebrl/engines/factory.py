@@ -11,6 +11,8 @@ Config fields (an ml_collections ConfigDict, a dict, or anything with attributes
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any, Mapping
 
 from jaxwebrl.engines.base import Engine
@@ -51,7 +53,7 @@ def make_engine(
     kind = _get(config, "type", "jax")
     checkpoint = _get(config, "checkpoint")
     if kind == "jax":
-        kwargs = dict(num_slots=int(_get(config, "num_slots", 8)), max_len=_get(config, "max_len"),
+        kwargs = dict(num_slots=int(_get(config, "num_slots", 8)), max_len=_get(config, "max_len") or None,
                       seed=int(_get(config, "seed", 0)), version=version)
         if params is not None:
             if model_cfg is None:
@@ -61,9 +63,15 @@ def make_engine(
             raise ValueError("engine.type='jax' needs engine.checkpoint (a HF model dir) or params from the trainer")
         return JaxEngine.from_checkpoint(checkpoint, mesh=mesh, tokenizer=tokenizer, **kwargs)
     if kind == "sglang":
+        # Where params are exported for the server to load: beside the start checkpoint, else a temp dir
+        # (fine for servers on this host; remote servers need engine.export_dir on a shared filesystem).
+        export_dir = _get(config, "export_dir") or (
+            str(Path(checkpoint).resolve().parent / "engine_exports") if checkpoint
+            else tempfile.mkdtemp(prefix="jaxwebrl_engine_exports_")
+        )
         common = dict(
-            model_cfg=model_cfg, tokenizer_dir=_get(config, "tokenizer_dir", checkpoint),
-            export_dir=_get(config, "export_dir"), request_timeout=float(_get(config, "request_timeout", 600.0)),
+            model_cfg=model_cfg, tokenizer_dir=_get(config, "tokenizer_dir") or checkpoint or None,
+            export_dir=export_dir, request_timeout=float(_get(config, "request_timeout", 600.0)),
             retries=int(_get(config, "retries", 3)), version=version,
         )
         weight_sync = _get(config, "weight_sync", "disk")
