@@ -242,9 +242,10 @@ class JaxEngine:
         Attention cost grows with the cache length it reads, so the step runs on the first `span` cache
         positions only (a bucket just above the furthest busy slot), not the whole `max_len`.
         """
-        view = {n: jax.lax.slice_in_dim(cache[n], 0, span, axis=2) for n in ("k", "v")}
+        view = {n: jax.lax.slice_in_dim(cache[n], 0, span, axis=CACHE_AXES.index("cache_length")) for n in ("k", "v")}
         logits, view = forward(self.cfg, params, tokens[:, None], positions[:, None], cache=view)
-        cache = {n: jax.lax.dynamic_update_slice_in_dim(cache[n], view[n], 0, axis=2) for n in ("k", "v")}
+        cache = {n: jax.lax.dynamic_update_slice_in_dim(cache[n], view[n], 0, axis=CACHE_AXES.index("cache_length"))
+                 for n in ("k", "v")}
         tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
         return cache, tok, lp
 

@@ -25,7 +25,7 @@ from jaxwebrl.models.rope import apply_rope, inverse_frequencies
 from jaxwebrl.sharding import constrain
 
 Params = dict[str, Any]
-KVCache = dict[str, jax.Array]  # {"k": [L, B, S, KVH, hd], "v": same}
+KVCache = dict[str, jax.Array]  # {"k": [L, B, KVH, S, hd], "v": same}
 
 _NEG_INF = -0.7 * float(np.finfo(np.float32).max)  # finite, so fully masked (padding) rows stay NaN-free
 
@@ -105,12 +105,13 @@ def init_params(cfg: ModelConfig, key: jax.Array, std: float = 0.02) -> Params:
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: str | None = None) -> KVCache:
     """An empty KV cache for `batch` rows of up to `max_len` positions."""
-    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    # Heads before positions: attention reads each head's keys contiguously, with no per-step transpose.
+    shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     dt = jnp.dtype(dtype or cfg.dtype)
     return {"k": jnp.zeros(shape, dt), "v": jnp.zeros(shape, dt)}
 
 
-CACHE_AXES = ("layers", "cache_batch", "cache_length", "kv_heads", "head_dim")
+CACHE_AXES = ("layers", "cache_batch", "kv_heads", "cache_length", "head_dim")
 
 
 # ---- the math ------------------------------------------------------------------------------------
@@ -123,16 +124,18 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
 
 
 def _attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, num_kv_heads: int
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, num_kv_heads: int, heads_first: bool = False
 ) -> jax.Array:
-    """GQA attention. q [B,T,H,hd], k/v [B,S,K,hd], mask bool [B,T,S] -> [B,T,H,hd]; softmax in fp32."""
+    """GQA attention. q [B,T,H,hd], k/v [B,S,K,hd] (or [B,K,S,hd] with heads_first, the cache layout),
+    mask bool [B,T,S] -> [B,T,H,hd]; softmax in fp32."""
     B, T, H, hd = q.shape
+    kv = "bksd" if heads_first else "bskd"
     q = q.reshape(B, T, num_kv_heads, H // num_kv_heads, hd)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum(f"btkgd,{kv}->bkgts", q, k, preferred_element_type=jnp.float32)
     scores = scores * (hd**-0.5)
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    out = jnp.einsum(f"bkgts,{kv}->btkgd", probs, v)
     return out.reshape(B, T, H, hd)
 
 
@@ -159,13 +162,15 @@ def _layer(
     q = constrain(apply_rope(q, positions, inv_freq), ("activation_batch", "activation_length", "activation_heads", None))
     k = apply_rope(k, positions, inv_freq)
     if cache is not None:  # write this step's k/v at their positions, attend over the whole cache
-        rows = jnp.arange(x.shape[0])[:, None]
+        rows = jnp.arange(x.shape[0])[:, None, None]
+        heads = jnp.arange(cfg.num_kv_heads)[None, :, None]
+        at = positions[:, None, :]
         cache = {
-            "k": cache["k"].at[rows, positions].set(k.astype(cache["k"].dtype)),
-            "v": cache["v"].at[rows, positions].set(v.astype(cache["v"].dtype)),
+            "k": cache["k"].at[rows, heads, at].set(k.transpose(0, 2, 1, 3).astype(cache["k"].dtype)),
+            "v": cache["v"].at[rows, heads, at].set(v.transpose(0, 2, 1, 3).astype(cache["v"].dtype)),
         }
         k, v = cache["k"].astype(dt), cache["v"].astype(dt)
-    attn = _attention(q, k, v, mask, cfg.num_kv_heads)
+    attn = _attention(q, k, v, mask, cfg.num_kv_heads, heads_first=cache is not None)
     out = jnp.einsum("bthk,hkd->btd", attn, p["wo"].astype(dt))
     if cfg.o_bias:
         out = out + p["bo"].astype(dt)
@@ -204,7 +209,7 @@ def hidden_states(
     dt = jnp.dtype(cfg.dtype)
     x = jnp.take(params["embed"], tokens, axis=0).astype(dt)
     x = constrain(x, ("activation_batch", "activation_length", "activation_embed"))
-    mask = attention_mask(positions, segment_ids, None if cache is None else cache["k"].shape[2])
+    mask = attention_mask(positions, segment_ids, None if cache is None else cache["k"].shape[3])
     inv_freq = inverse_frequencies(cfg)
 
     def body(carry: jax.Array, layer: tuple[Params, KVCache | None]) -> tuple[jax.Array, KVCache | None]:
