@@ -77,11 +77,15 @@ def get_config():
     c.checkpoint.every = 0
     c.checkpoint.keep = 2
 
+    # Smoke variant (what the tests run): two tasks, a 2-layer model, one M-GRPO iteration that keeps
+    # collecting (dynamic sampling) until a group has reward variance, so the update has a signal.
     q = c.quick_overrides
     q.workdir = "runs/grpo_local_quick"
-    q.bc = dict(demo_seeds=6, steps=30)
+    q.env = dict(tasks="focus-text,click-button")
+    q.bc = dict(demo_seeds=8, steps=60, micro_batch=4)
     q.rl = dict(iterations=1)
-    q.rollout = dict(groups_per_iteration=2)
-    q.report = dict(eval_seeds=2)
+    q.rollout = dict(groups_per_iteration=1, max_groups_per_iteration=6)
+    q.train = dict(dynamic_sampling=True)
+    q.report = dict(eval_seeds=3)
     q.model = dict(shape=dict(c.model.shape.to_dict(), num_layers=2, hidden_size=64, intermediate_size=128, head_dim=16))
     return c
