@@ -77,14 +77,16 @@ def get_config():
     c.checkpoint.every = 0
     c.checkpoint.keep = 2
 
-    # Smoke variant (what the tests run): two tasks, a 2-layer model, one M-GRPO iteration that keeps
-    # collecting (dynamic sampling) until a group has reward variance, so the update has a signal.
+    # Smoke variant (what the tests run): two tasks, a 2-layer model, one M-GRPO iteration on MiniWoB's own
+    # reward (-1 wrong submit, 0 nothing done, +1 solved: failures differ, so a barely trained policy's groups
+    # still carry a signal), collecting (dynamic sampling) until a group has reward variance.
     q = c.quick_overrides
     q.workdir = "runs/grpo_local_quick"
-    q.env = dict(tasks="focus-text,click-button")
+    q.env = dict(tasks="focus-text,click-button", reward="raw")
     q.bc = dict(demo_seeds=8, steps=60, micro_batch=4)
     q.rl = dict(iterations=1)
-    q.rollout = dict(groups_per_iteration=1, max_groups_per_iteration=6)
+    q.agent = dict(temperature=0.5)  # a barely trained policy samples mostly noise at T=1
+    q.rollout = dict(group_size=6, groups_per_iteration=1, max_groups_per_iteration=12)
     q.train = dict(dynamic_sampling=True)
     q.report = dict(eval_seeds=3)
     q.model = dict(shape=dict(c.model.shape.to_dict(), num_layers=2, hidden_size=64, intermediate_size=128, head_dim=16))

@@ -55,9 +55,11 @@ def get_recipe(name: str) -> OnlineRecipe:
     return RECIPES[name]
 
 
-def assign_rewards(recipe: OnlineRecipe, trajectories: Sequence[Trajectory]) -> None:
+def assign_rewards(recipe: OnlineRecipe, trajectories: Sequence[Trajectory], cfg: Any) -> None:
+    """The recipe's reward, or with env.reward='raw' the environment's own (MiniWoB++: +1 / -1 / partial)."""
+    raw = str(cfg.env.reward) == "raw" and recipe.name != "openwebrl"
     for t in trajectories:
-        t.reward = recipe.reward(t)
+        t.reward = float(t.metadata.get("raw_reward", 0.0)) if raw else recipe.reward(t)
 
 
 def group_filter(recipe: OnlineRecipe, cfg: Any) -> Callable[[Group], bool]:
@@ -66,7 +68,7 @@ def group_filter(recipe: OnlineRecipe, cfg: Any) -> Callable[[Group], bool]:
         return lambda g: True
 
     def accept(group: Group) -> bool:
-        assign_rewards(recipe, group.trajectories)
+        assign_rewards(recipe, group.trajectories, cfg)
         return has_reward_variance(group.trajectories)
 
     return accept
@@ -75,5 +77,5 @@ def group_filter(recipe: OnlineRecipe, cfg: Any) -> Callable[[Group], bool]:
 def make_samples(recipe: OnlineRecipe, trajs: Sequence[Trajectory], cfg: Any) -> list[Sample]:
     """Rewards, then the shared filters/advantages/sample cut of `trajectories_to_samples`."""
     trajs = list(trajs)
-    assign_rewards(recipe, trajs)
+    assign_rewards(recipe, trajs, cfg)
     return trajectories_to_samples(cfg, trajs, rft_k=int(cfg.rollout.group_size))

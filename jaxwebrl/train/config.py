@@ -122,6 +122,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.env.difficulty_ratio = ""  # e.g. 'easy:2,medium:5,hard:3' (WebGym); '' = uniform over tasks
     c.env.step_timeout_s = 45.0
     c.env.episode_timeout_s = 600.0
+    c.env.reward = "success"  # success (binary, the papers) | raw (the environment's own reward, e.g. MiniWoB -1..1)
 
     c.agent = ml_collections.ConfigDict()
     c.agent.strategy = "compress_past"  # compress_past | last_k_screenshots | memory | current_plus_history
@@ -271,6 +272,7 @@ def validate_config(cfg: ml_collections.ConfigDict, num_devices: int, check_path
     _choice(cfg, "env.suite", ("miniwob", "local_sites"))
     _choice(cfg, "env.action_space", ("webarena", "webagent_r1", "openwebrl", "bid"))
     _choice(cfg, "env.text_mode", ("axtree", "html", "both", "none"))
+    _choice(cfg, "env.reward", ("success", "raw"))
     _choice(cfg, "agent.strategy", ("compress_past", "last_k_screenshots", "memory", "current_plus_history"))
     _choice(cfg, "agent.prompt_format", ("webagent_r1", "openwebrl", "webgym", "browseragent", "bid"))
     _choice(cfg, "rollout.mode", ("async", "lockstep"))
