@@ -130,7 +130,7 @@ def test_each_recipe_runs_one_iteration_from_its_config(quick_run, config_name, 
     final, history = reinforcement_learning(cfg, None)
     assert len(history) == 1 and (Path(final) / "config.json").exists()
     m = history[0]["metrics"]
-    assert m["rollout/groups_tried"] >= 1 and m["rollout/episodes"] >= 2
+    assert m["rollout/groups_tried"] >= 1 and m["rollout/episodes_tried"] >= 2
     if m["train/samples_used"]:
         assert math.isfinite(m["train/loss"])
 

@@ -14,14 +14,12 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import json
 import os
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any, Callable
 
 import ml_collections
 import numpy as np
-from tqdm.auto import tqdm
 
 from jaxwebrl.agent.episode import AgentConfig
 from jaxwebrl.browser.config import EnvConfig, ObsConfig, PoolConfig
@@ -114,7 +112,7 @@ class IterationLog:
 
 
 class OnlineRL:
-    """One online RL run. `async with OnlineRL(cfg, trainer) as rl: await rl.run()`."""
+    """One online RL run: `async with OnlineRL(cfg, trainer) as rl: await rl.iteration(i)` (see recipes/run.py)."""
 
     def __init__(self, cfg: Any, trainer: Any, progress: bool = True):
         self.cfg, self.trainer, self.progress = cfg, trainer, progress
@@ -179,7 +177,8 @@ class OnlineRL:
             self.replay.add_iteration(samples)
             samples = self.replay.draw(max(len(samples), int(cfg.rollout.replay_samples)))
         metrics = episode_metrics(groups)
-        metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/groups_rejected": float(stats.rejected),
+        metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/episodes_tried": float(stats.episodes),
+                        "rollout/groups_rejected": float(stats.rejected),
                         "rollout/groups_stale": float(stats.dropped_stale), "time/rollout_s": t_rollout})
         metrics.update({f"time/{k}_s": v for k, v in stats.time.items()})
         t1 = time.perf_counter()
@@ -198,21 +197,6 @@ class OnlineRL:
             log.eval = report.to_dict()
             metrics["eval/success_rate"] = report.success_rate
         self.trainer.log(metrics, prefix="")
-        self.trainer.maybe_save()
         self.history.append(log)
         return log
 
-    async def run(self, iterations: int | None = None) -> list[IterationLog]:
-        n = int(iterations if iterations is not None else self.cfg.rl.iterations)
-        start = len(self.history)
-        bar = tqdm(range(start, n), desc=f"{self.recipe.name} RL", disable=not self.progress, unit="iter")
-        for it in bar:
-            log = await self.iteration(it)
-            bar.set_postfix(success=f"{log.metrics.get('rollout/success_rate', 0):.2f}",
-                            loss=f"{log.metrics.get('train/loss', float('nan')):.3f}")
-        return self.history
-
-    def write_history(self, path: str | os.PathLike[str]) -> None:
-        with open(path, "w") as f:
-            for log in self.history:
-                f.write(json.dumps(dataclasses.asdict(log)) + "\n")

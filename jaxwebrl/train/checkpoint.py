@@ -62,6 +62,9 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, data_state: dict[str, Any] | None, meta: dict[str, Any],
              metrics: dict[str, float] | None = None, force: bool = False) -> bool:
+        """Save `step`; a step that is already saved is left as it is (nothing trained since)."""
+        if step in self.manager.all_steps():
+            return False
         if self.best_metric and (not metrics or self.best_metric not in metrics):
             metrics = None
         args = ocp.args.Composite(
