@@ -72,7 +72,10 @@ def test_greedy_tokens_and_logprobs_equal_jax_engine(served: Any) -> None:
         engine = SGLangEngine(served["server"].url)
         try:
             assert (await engine.health())["context_length"] == 1024
-            return list(await asyncio.gather(*(engine.generate(p, sp) for p in served["prompts"])))
+            # One request at a time: sglang-jax 0.1.0rc0 on CPU sometimes returns different greedy tokens when
+            # requests of different lengths land in one batch (seen once in a full-suite run under load, never
+            # alone). JaxEngine's own batched-equals-alone property is tested in test_engine_jax.py.
+            return [await engine.generate(p, sp) for p in served["prompts"]]
         finally:
             await engine.close()
 
@@ -160,7 +163,7 @@ def test_restart_strategy_serves_new_weights(served: Any) -> None:
             await asyncio.sleep(0.5)
             during = asyncio.create_task(engine.generate(prompts[0], sp))
             await update
-            after = list(await asyncio.gather(*(engine.generate(p, sp) for p in prompts)))
+            after = [await engine.generate(p, sp) for p in prompts]  # one at a time, see the first test
             assert (await during).token_ids == after[0].token_ids
             assert after[0].token_ids != before.token_ids
             assert all(g.policy_version == 1 for g in after)
