@@ -52,19 +52,21 @@ def _collect(policy, suite, mode: str):
 
 
 def test_async_and_lockstep_collection(policy, suite):
-    groups, long_id, _ = _collect(policy, suite, "async")
-    order = [g.task_id for g in groups]
-    assert order[-1] == long_id, order  # the long group does not hold the short ones back
-    long_g = groups[-1]
-    third = groups[1]
-    assert third.started < long_g.finished  # freed capacity was refilled while the long group ran
-    assert all(len(t.turns) == 4 for t in long_g.trajectories)
+    # A random policy can end any episode early (a stray click submits), so the test relies on timestamps,
+    # not on which group turns out slowest.
+    groups, long_id, third_id = _collect(policy, suite, "async")
+    finished = [g.finished for g in groups]
+    assert finished == sorted(finished)  # groups leave in completion order
+    first_batch = [g for g in groups if g.task_id != third_id]
+    third = next(g for g in groups if g.task_id == third_id)
+    assert third.started < max(g.finished for g in first_batch)  # refilled while the slower group still ran
     assert all(t.group_id == g.group_id for g in groups for t in g.trajectories)
 
     groups, long_id, third_id = _collect(policy, suite, "lockstep")
-    by_id = {g.task_id: g for g in groups}
+    first_batch = [g for g in groups if g.task_id != third_id]
+    third = next(g for g in groups if g.task_id == third_id)
     # the next batch (the third task) started only after the slowest group of the first batch ended
-    assert by_id[third_id].started >= by_id[long_id].finished
+    assert third.started >= max(g.finished for g in first_batch)
 
 
 def test_killed_browser_costs_only_its_episodes(policy, suite):
