@@ -48,6 +48,19 @@ class ExecResult:
 ParseResult = list[Action] | ParseError
 
 
+def never_raises(parse: Callable[[str], ParseResult], what: str = "the action") -> Callable[[str], ParseResult]:
+    """Wrap a parser so any exception (regexes on hostile input) becomes a ParseError: the contract above."""
+
+    def safe(text: str) -> ParseResult:
+        try:
+            return parse(text)
+        except Exception as exc:
+            return ParseError(f"could not parse {what} ({type(exc).__name__})", str(text)[:200])
+
+    safe.__doc__ = f"Text -> actions or ParseError ({parse.__module__}); never raises."
+    return safe
+
+
 @dataclass(frozen=True)
 class ActionSpace:
     """A named grammar: `parse` text into actions and `execute` one action on a BrowserSession."""

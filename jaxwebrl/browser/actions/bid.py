@@ -16,6 +16,7 @@ from typing import Any
 
 from jaxwebrl.browser.actions import common
 from jaxwebrl.browser.actions.base import (
+    never_raises,
     Action, ActionSpace, ExecResult, ParseError, ParseResult, last_fenced, parse_calls, run_safely, strip_think,
 )
 from jaxwebrl.browser.session import BrowserSession
@@ -84,13 +85,6 @@ def _bind(name: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any] 
     return bound
 
 
-def parse(text: str) -> ParseResult:
-    """Text -> [Action, ...] or ParseError; never raises."""
-    try:
-        return _parse(text)
-    except Exception as exc:
-        return ParseError(f"could not parse the action ({type(exc).__name__})", str(text)[:200])
-
 
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
@@ -116,6 +110,9 @@ def _parse(text: str) -> ParseResult:
             return ParseError(bound, text[:200])
         out.append(Action(name, bound, f"{name}(...)"))
     return out
+
+
+parse = never_raises(_parse, "the action")
 
 
 async def execute(session: BrowserSession, action: Action) -> ExecResult:

@@ -19,6 +19,7 @@ from typing import Any
 
 from jaxwebrl.browser.actions import common
 from jaxwebrl.browser.actions.base import (
+    never_raises,
     Action, ActionSpace, ExecResult, ParseError, ParseResult, run_safely, strip_think,
 )
 from jaxwebrl.browser.session import BrowserSession, InvalidAction
@@ -97,13 +98,6 @@ def _validate(name: str, args: dict[str, Any]) -> dict[str, Any] | str:
     return out
 
 
-def parse(text: str) -> ParseResult:
-    """Text -> [Action, ...] (one per <tool_call>) or ParseError; never raises."""
-    try:
-        return _parse(text)
-    except Exception as exc:
-        return ParseError(f"could not parse the tool calls ({type(exc).__name__})", str(text)[:200])
-
 
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
@@ -137,6 +131,9 @@ def _parse(text: str) -> ParseResult:
             return ParseError(checked, block[:200])
         out.append(Action(name, checked, block.strip()))
     return out
+
+
+parse = never_raises(_parse, "the tool calls")
 
 
 def _to_px(session: BrowserSession, x: float, y: float) -> tuple[float, float]:

@@ -16,6 +16,7 @@ import re
 
 from jaxwebrl.browser.actions import common
 from jaxwebrl.browser.actions.base import (
+    never_raises,
     Action, ActionSpace, ExecResult, ParseError, ParseResult, normalise_quotes, parse_calls, run_safely,
     strip_think, tag_content,
 )
@@ -34,13 +35,6 @@ element: the element id in the HTML, for Click/Right Click/Type/Search/Hover/Sel
 exit(message): finish; message is the answer when the instruction is a question.
 go_backward(): previous page.  go_forward(): next page."""
 
-
-def parse(text: str) -> ParseResult:
-    """Text -> [Action] or ParseError; never raises."""
-    try:
-        return _parse(text)
-    except Exception as exc:
-        return ParseError(f"could not parse the action ({type(exc).__name__})", str(text)[:200])
 
 
 def _parse(text: str) -> ParseResult:
@@ -104,6 +98,9 @@ def _parse(text: str) -> ParseResult:
     if params.get("argument") is not None:
         out["argument"] = params["argument"] if isinstance(params["argument"], (str, int, float)) else str(params["argument"])
     return [Action("do", out, code[:end])]
+
+
+parse = never_raises(_parse, "the action")
 
 
 async def execute(session: BrowserSession, action: Action) -> ExecResult:

@@ -15,6 +15,7 @@ import re
 
 from jaxwebrl.browser.actions import common
 from jaxwebrl.browser.actions.base import (
+    never_raises,
     Action, ActionSpace, ExecResult, ParseError, ParseResult, last_fenced, run_safely, strip_think,
 )
 from jaxwebrl.browser.session import BrowserSession
@@ -43,13 +44,6 @@ def _candidate(text: str) -> str | None:
         return None
     return body[starts[-1].start():].strip()
 
-
-def parse(text: str) -> ParseResult:
-    """Text -> [Action] or ParseError; never raises."""
-    try:
-        return _parse(text)
-    except Exception as exc:  # defensive: regexes on hostile input
-        return ParseError(f"could not parse the action ({type(exc).__name__})", str(text)[:200])
 
 
 def _parse(text: str) -> ParseResult:
@@ -108,6 +102,9 @@ def _parse(text: str) -> ParseResult:
     if not rest.strip():
         return [Action("stop", {"answer": ""}, cand)]
     return err("stop takes the answer in brackets, e.g. stop [42]")
+
+
+parse = never_raises(_parse, "the action")
 
 
 async def execute(session: BrowserSession, action: Action) -> ExecResult:
