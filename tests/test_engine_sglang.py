@@ -72,10 +72,9 @@ def test_greedy_tokens_and_logprobs_equal_jax_engine(served: Any) -> None:
         engine = SGLangEngine(served["server"].url)
         try:
             assert (await engine.health())["context_length"] == 1024
-            # One request at a time: sglang-jax 0.1.0rc0 on CPU sometimes returns different greedy tokens when
-            # requests of different lengths land in one batch (seen once in a full-suite run under load, never
-            # alone). JaxEngine's own batched-equals-alone property is tested in test_engine_jax.py.
-            return [await engine.generate(p, sp) for p in served["prompts"]]
+            # Concurrent, so they decode in one batch (the launcher disables sglang-jax's overlap scheduler on
+            # CPU, which got batched greedy tokens wrong).
+            return list(await asyncio.gather(*(engine.generate(p, sp) for p in served["prompts"])))
         finally:
             await engine.close()
 
@@ -160,10 +159,13 @@ def test_restart_strategy_serves_new_weights(served: Any) -> None:
             before = await engine.generate(prompts[0], sp)
             # A request sent while the server restarts waits for it instead of failing.
             update = asyncio.create_task(engine.update_weights(new_params, version=1))
-            await asyncio.sleep(0.5)
+            # Send it once the restart has begun (the export before it takes a while on a loaded machine, and
+            # a request sent before the restart is rightly served by the old weights).
+            while engine._restarting is None:
+                await asyncio.sleep(0.05)
             during = asyncio.create_task(engine.generate(prompts[0], sp))
             await update
-            after = [await engine.generate(p, sp) for p in prompts]  # one at a time, see the first test
+            after = list(await asyncio.gather(*(engine.generate(p, sp) for p in prompts)))
             assert (await during).token_ids == after[0].token_ids
             assert after[0].token_ids != before.token_ids
             assert all(g.policy_version == 1 for g in after)

@@ -41,7 +41,7 @@ def test_launcher_commands_per_device(tmp_path: Path) -> None:
     assert cpu.command()[:3] == ["/py312", "-m", "sgl_jax.launch_server"]
     cmd = " ".join(cpu.command())
     for flag in ("--device cpu", "--max-total-tokens 8192", "--max-running-requests 8", "--context-length 1024",
-                 "--host 127.0.0.1", "--port 30000", f"--model-path {tmp_path}"):
+                 "--host 127.0.0.1", "--port 30000", f"--model-path {tmp_path}", "--disable-overlap-schedule"):
         assert flag in cmd
     assert cpu.environment()["JAX_PLATFORMS"] == "cpu"
     tpu = SGLangServer(tmp_path, device="tpu", port=30001, python="/py312", tp_size=4)
