@@ -42,7 +42,7 @@ def _as_hf(path: str) -> str:
 def main(argv: list[str]) -> None:
     del argv
     sys.path.insert(0, ROOT)
-    from jaxwebrl.recipes.report import success_table, write_report
+    from jaxwebrl.recipes.report import paired_table, success_table, write_report
     from jaxwebrl.recipes.run import evaluate_checkpoints
 
     cfg = _CONFIG.value
@@ -59,6 +59,7 @@ def main(argv: list[str]) -> None:
     out = _OUT.value or os.path.join(os.path.dirname(os.path.abspath(_CKPT.value[0])), "eval_report")
     path = write_report(out, reports, title=f"Evaluation of {', '.join(policies)}")
     print(success_table(reports))
+    print(paired_table(reports))
     print(f"report: {path}")
 
 

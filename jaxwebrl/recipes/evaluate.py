@@ -33,6 +33,7 @@ class EvalReport:
     per_task: dict[str, tuple[int, int]]  # task -> (successes, episodes)
     terminations: dict[str, int]
     mean_steps: float
+    outcomes: dict[str, bool] = dataclasses.field(default_factory=dict)  # "task@seed" -> success, for pairing
 
     @property
     def successes(self) -> int:
@@ -54,7 +55,37 @@ class EvalReport:
         lo, hi = self.interval
         return {"success_rate": self.success_rate, "ci_low": lo, "ci_high": hi, "episodes": self.episodes,
                 "per_task": {k: {"successes": s, "episodes": n} for k, (s, n) in self.per_task.items()},
-                "terminations": self.terminations, "mean_steps": self.mean_steps}
+                "terminations": self.terminations, "mean_steps": self.mean_steps, "outcomes": self.outcomes}
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDifference:
+    """Success of policy b minus policy a on the same episodes (task, seed): the fair way to compare two
+    policies evaluated on one held-out set, tighter than comparing their separate intervals."""
+
+    n: int
+    b_only: int  # episodes b solved and a did not
+    a_only: int
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float  # exact two-sided McNemar (sign) test on the discordant episodes
+
+
+def paired_difference(a: EvalReport, b: EvalReport, z: float = 1.96) -> PairedDifference:
+    keys = sorted(set(a.outcomes) & set(b.outcomes))
+    n = len(keys)
+    if n == 0:
+        raise ValueError("the two reports share no (task, seed) episode; evaluate them on the same seeds")
+    b_only = sum(b.outcomes[k] and not a.outcomes[k] for k in keys)
+    a_only = sum(a.outcomes[k] and not b.outcomes[k] for k in keys)
+    diff = (b_only - a_only) / n
+    # Normal interval on the per-episode differences d in {-1, 0, 1}: var = E[d^2] - diff^2.
+    var = max(0.0, (b_only + a_only) / n - diff * diff)
+    half = z * math.sqrt(var / n)
+    m = b_only + a_only
+    tail = sum(math.comb(m, i) for i in range(min(b_only, a_only) + 1)) / 2**m if m else 1.0
+    return PairedDifference(n, b_only, a_only, diff, diff - half, diff + half, min(1.0, 2 * tail))
 
 
 async def evaluate(
@@ -81,6 +112,7 @@ async def evaluate(
             finally:
                 await env.close()
 
+    keys = [(t.task_id, s) for t in tasks for s in seeds]
     results = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
     per_task: dict[str, list[int]] = {}
     terms: dict[str, int] = {}
@@ -90,4 +122,6 @@ async def evaluate(
         per_task[task_id] = [s + int(r.success), n + 1]
         terms[r.trajectory.termination] = terms.get(r.trajectory.termination, 0) + 1
         steps.append(len(r.trajectory.turns))
-    return EvalReport({k: (v[0], v[1]) for k, v in per_task.items()}, terms, sum(steps) / max(1, len(steps)))
+    outcomes = {f"{task_id}@{seed}": bool(r.success) for (task_id, seed), (_, r) in zip(keys, results)}
+    return EvalReport({k: (v[0], v[1]) for k, v in per_task.items()}, terms, sum(steps) / max(1, len(steps)),
+                      outcomes)

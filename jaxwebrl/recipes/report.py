@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from jaxwebrl.recipes.evaluate import EvalReport  # noqa: E402
+from jaxwebrl.recipes.evaluate import EvalReport, paired_difference  # noqa: E402
 
 
 def success_table(reports: Mapping[str, EvalReport]) -> str:
@@ -33,6 +33,19 @@ def success_table(reports: Mapping[str, EvalReport]) -> str:
         overall.append(f"**{r.success_rate:.1%}** [{lo:.1%}, {hi:.1%}] n={r.episodes}")
     lines.append("| **overall** (95% Wilson CI) | " + " | ".join(overall) + " |")
     return "\n".join(lines)
+
+
+def paired_table(reports: Mapping[str, EvalReport]) -> str:
+    """Each later policy against each earlier one on the same held-out episodes (e.g. BC - random, RL - BC)."""
+    names = [n for n, r in reports.items() if r.outcomes]
+    lines = ["| comparison | difference (95% CI) | solved only by the second / only by the first | McNemar p |",
+             "|---|---|---|---|"]
+    for j, b in enumerate(names):
+        for a in names[:j]:
+            d = paired_difference(reports[a], reports[b])
+            lines.append(f"| {b} - {a} | {d.diff:+.1%} [{d.ci_low:+.1%}, {d.ci_high:+.1%}] n={d.n} | "
+                         f"{d.b_only} / {d.a_only} | {d.p_value:.2g} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def plot_history(history: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
@@ -86,6 +99,9 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     plots = plot_history(history, out) + [plot_per_task(reports, out)]
     md = [f"# {title}", "", "## Greedy success on held-out task instances", "", success_table(reports), ""]
+    paired = paired_table(reports)
+    if paired:
+        md += ["## Paired differences (the same held-out episodes for every policy)", "", paired, ""]
     for path in plots:
         md += [f"![{path.stem}]({path.name})", ""]
     for heading, body in (sections or {}).items():

@@ -252,8 +252,9 @@ def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
         }
         path = write_report(work, reports, history, sections)
         _log(f"report: {path}")
-        from jaxwebrl.recipes.report import success_table
+        from jaxwebrl.recipes.report import paired_table, success_table
 
         print(success_table(reports))
+        print(paired_table(reports))
     (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

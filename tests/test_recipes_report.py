@@ -1,0 +1,60 @@
+"""Evaluation statistics and the report files, against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from jaxwebrl.recipes.evaluate import EvalReport, paired_difference, wilson_interval
+from jaxwebrl.recipes.report import paired_table, write_report
+
+
+def _report(results: dict[str, list[int]]) -> EvalReport:
+    """{task: [success per seed]} -> EvalReport with per-episode outcomes."""
+    outcomes = {f"{t}@{s}": bool(x) for t, xs in results.items() for s, x in enumerate(xs)}
+    per_task = {t: (sum(xs), len(xs)) for t, xs in results.items()}
+    return EvalReport(per_task, {"done": sum(len(xs) for xs in results.values())}, 1.0, outcomes)
+
+
+def test_wilson_interval_hand_values() -> None:
+    lo, hi = wilson_interval(0, 60)
+    assert lo == 0.0 and hi == pytest.approx(1.96**2 / (60 + 1.96**2))  # closed form when p = 0
+    lo, hi = wilson_interval(30, 60)  # p = 1/2: symmetric, half-width z*sqrt(n/4 + z^2/4)/(n + z^2)
+    half = 1.96 * math.sqrt(60 / 4 + 1.96**2 / 4) / (60 + 1.96**2)
+    assert (lo, hi) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+
+
+def test_paired_difference_hand_values() -> None:
+    a = _report({"t": [1, 1, 0, 0, 0]})
+    b = _report({"t": [1, 0, 1, 1, 0]})
+    d = paired_difference(a, b)
+    assert (d.n, d.b_only, d.a_only) == (5, 2, 1)
+    assert d.diff == pytest.approx(0.2)
+    half = 1.96 * math.sqrt((3 / 5 - 0.04) / 5)
+    assert (d.ci_low, d.ci_high) == (pytest.approx(0.2 - half), pytest.approx(0.2 + half))
+    assert d.p_value == pytest.approx(1.0)  # 2 * P(Bin(3, 1/2) <= 1) = 2 * 4/8, capped at 1
+    strong = paired_difference(_report({"t": [0] * 10 + [1] * 5}), _report({"t": [1] * 15}))
+    assert (strong.b_only, strong.a_only) == (10, 0)
+    assert strong.p_value == pytest.approx(2 / 2**10)
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_difference(a, _report({"other": [1]}))
+
+
+def test_write_report_has_tables_plots_and_paired_section(tmp_path: Path) -> None:
+    reports = {"random": _report({"x": [0, 0, 0, 0], "y": [0, 0, 0, 0]}),
+               "BC": _report({"x": [1, 0, 1, 0], "y": [0, 0, 1, 0]}),
+               "RL": _report({"x": [1, 1, 1, 0], "y": [1, 0, 1, 1]})}
+    history = [{"iteration": i, "metrics": {"rollout/reward": 0.1 * i, "rollout/success_rate": 0.1 * i}}
+               for i in range(3)]
+    path = write_report(tmp_path, reports, history, {"Run": "three policies"})
+    md = path.read_text()
+    assert "| x | 0/4 (0%) | 2/4 (50%) | 3/4 (75%) |" in md
+    assert "| RL - BC | +37.5%" in md and "| BC - random | +37.5%" in md
+    assert "## Run" in md and (tmp_path / "rl_curves.png").stat().st_size > 0
+    assert (tmp_path / "per_task_success.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved["RL"]["outcomes"]["y@3"] is True and saved["random"]["episodes"] == 8
+    assert paired_table({"only": reports["RL"]}) == ""
