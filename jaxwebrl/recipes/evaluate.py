@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from jaxwebrl.agent.episode import AgentConfig, EpisodeResult, run_episode
 from jaxwebrl.agent.limits import OperationLimits
@@ -97,8 +97,10 @@ async def evaluate(
     seeds: Sequence[int],
     agent: AgentConfig,
     concurrency: int = 4,
+    on_done: Callable[[], None] | None = None,
 ) -> EvalReport:
-    """Play every (task, seed) once with greedy decoding; `concurrency` episodes at a time."""
+    """Play every (task, seed) once with greedy decoding; `concurrency` episodes at a time; `on_done` after
+    each episode (a progress bar)."""
     agent = dataclasses.replace(agent, greedy=True, temperature=0.0)
     renderer, limits = PromptRenderer(tokenizer), OperationLimits()
     sem = asyncio.Semaphore(concurrency)
@@ -111,6 +113,8 @@ async def evaluate(
                                                        renderer=renderer, limits=limits)
             finally:
                 await env.close()
+                if on_done is not None:
+                    on_done()
 
     keys = [(t.task_id, s) for t in tasks for s in seeds]
     results = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))

@@ -101,6 +101,10 @@ def episode_metrics(groups: list[Group]) -> dict[str, float]:
         "rollout/episodes": float(len(trajs)),
     }
     out.update({f"rollout/termination/{k}": v / len(trajs) for k, v in terms.items()})
+    per_task: dict[str, list[bool]] = collections.defaultdict(list)
+    for t in trajs:
+        per_task[t.task_id].append(bool(t.metadata.get("success")))
+    out.update({f"rollout/success/{k}": float(np.mean(v)) for k, v in per_task.items()})
     return out
 
 

@@ -194,13 +194,17 @@ async def evaluate_checkpoints(cfg: ml_collections.ConfigDict, policies: dict[st
                 tokenizer = load_tokenizer(path)
                 engine = JaxEngine.from_checkpoint(path, num_slots=int(cfg.engine.num_slots), max_len=int(cfg.engine.max_len),
                                                    tokenizer=tokenizer)
+                bar = tqdm(total=len(eval_tasks) * len(seeds), desc=f"evaluate {name}", unit="ep",
+                           disable=not cfg.log.progress)
                 try:
                     t0 = time.time()
                     reports[name] = await evaluate(engine, tokenizer, pool, env_cfg, eval_tasks, seeds,
-                                                   agent_config_from(cfg), concurrency=pool_cfg.capacity)
+                                                   agent_config_from(cfg), concurrency=pool_cfg.capacity,
+                                                   on_done=lambda: bar.update(1))
                     _log(f"eval {name}: success {reports[name].success_rate:.1%} over {reports[name].episodes} "
                          f"episodes ({time.time() - t0:.0f}s)")
                 finally:
+                    bar.close()
                     await engine.close()
     finally:
         suite.stop()
@@ -224,15 +228,33 @@ def transformers_check(path: str) -> str:
             f"`generate` on a chat prompt returned: `{text!r}`")
 
 
+class StageClock:
+    """Seconds spent per stage, summed over every process that worked on this run directory, so a resumed
+    run reports its whole wall time (kept in <workdir>/stage_seconds.json)."""
+
+    def __init__(self, work: Path):
+        self.path = work / "stage_seconds.json"
+        self.seconds: dict[str, float] = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self._t = time.time()
+
+    def lap(self, stage: str) -> float:
+        """Adds the time since the last lap to `stage`; returns the stage's total."""
+        now = time.time()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._t
+        self._t = now
+        self.path.write_text(json.dumps(self.seconds))
+        return self.seconds[stage]
+
+
 def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
     """Stages 1-3 per the config; returns a summary dict (also written to <workdir>/summary.json)."""
-    t0 = time.time()
     work = Path(cfg.workdir)
     work.mkdir(parents=True, exist_ok=True)
+    clock = StageClock(work)
     start = behaviour_cloning(cfg) if bool(cfg.bc.enabled) else None
-    t_bc = time.time() - t0
+    t_bc = clock.lap("bc")
     final, history = reinforcement_learning(cfg, start)
-    t_rl = time.time() - t0 - t_bc
+    t_rl = clock.lap("rl")
     summary: dict[str, Any] = {"final_policy": final, "iterations": len(history), "bc_s": t_bc, "rl_s": t_rl}
     if bool(cfg.report.enabled):
         from jaxwebrl.recipes.report import write_report
@@ -240,13 +262,19 @@ def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
         policies = {"random": str(work / "policy_init"), "BC": start, "RL": final} if start else {"RL": final}
         reports = asyncio.run(evaluate_checkpoints(cfg, policies, int(cfg.report.eval_seeds)))
         summary["eval"] = {k: r.to_dict() for k, r in reports.items()}
-        wall = time.time() - t0
+        t_eval = clock.lap("eval")
+        wall = t_bc + t_rl + t_eval
         summary["wall_s"] = wall
         sections = {
             "Run": (f"recipe `{cfg.recipe}`, suite `{cfg.env.suite}`, tasks `{cfg.env.tasks or 'train split'}`; "
                     f"{len(history)} RL iterations x {cfg.rollout.groups_per_iteration} groups of "
-                    f"{cfg.rollout.group_size}; wall time {wall / 60:.1f} min (BC {t_bc / 60:.1f}, RL {t_rl / 60:.1f}, "
-                    f"evaluation {(wall - t_bc - t_rl) / 60:.1f})."),
+                    f"{cfg.rollout.group_size}; wall time {wall / 60:.1f} min (demonstrations + BC {t_bc / 60:.1f}, "
+                    f"RL {t_rl / 60:.1f}, evaluation {t_eval / 60:.1f}; summed over resumed segments)."),
+            "Policies": (f"random: the freshly initialised model (same tokenizer and size, never trained); BC: "
+                         f"{cfg.bc.steps} SFT steps on the scripted solvers' demonstrations "
+                         f"({cfg.bc.demo_seeds} training seeds per task); RL: BC plus {len(history)} "
+                         f"{cfg.recipe} iterations. All play the same {cfg.report.eval_seeds} held-out test seeds "
+                         "per task with greedy decoding."),
             "Exported policy": transformers_check(final),
             "Logs": f"TensorBoard: `tensorboard --logdir {work}` (bc/logs, rl/logs).",
         }
