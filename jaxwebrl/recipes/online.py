@@ -182,6 +182,7 @@ class OnlineRL:
             samples = self.replay.draw(max(len(samples), int(cfg.rollout.replay_samples)))
         metrics = episode_metrics(groups)
         metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/episodes_tried": float(stats.episodes),
+                        "rollout/success_rate_all": stats.successes / max(1, stats.episodes),
                         "rollout/groups_rejected": float(stats.rejected),
                         "rollout/groups_stale": float(stats.dropped_stale), "time/rollout_s": t_rollout})
         metrics.update({f"time/{k}_s": v for k, v in stats.time.items()})

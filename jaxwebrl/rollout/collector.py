@@ -74,11 +74,13 @@ class CollectStats:
     dropped_stale: int = 0
     rejected: int = 0
     episodes: int = 0
+    successes: int = 0  # over every episode played, accepted or not (the policy's sampled success rate)
     wall_s: float = 0.0
     time: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def add(self, group: Group) -> None:
         self.episodes += len(group.episodes)
+        self.successes += sum(bool(e.success) for e in group.episodes)
         for e in group.episodes:
             for k, v in e.timings.items():
                 self.time[k] = self.time.get(k, 0.0) + v
