@@ -52,14 +52,19 @@ def get_config():
 
     c.rollout.group_size = 4
     c.rollout.groups_per_iteration = 8
+    c.rollout.max_groups_per_iteration = 16  # dynamic sampling: train on groups whose rewards differ
     c.rollout.max_concurrent_groups = 2
+    c.train.dynamic_sampling = True
     c.engine.num_slots = 8
     c.engine.max_len = 2048
 
     c.loss.kind = "grpo"
     c.loss.eps_low = c.loss.eps_high = 0.2
     c.loss.beta = 0.001
-    c.optim.lr = 2e-5
+    # Tuned on this machine (held-out greedy success, paired with the same BC policy, 120 episodes):
+    # lr 2e-4 for 10 iterations +6.7 points (p=0.12); lr 5e-4 with dynamic sampling for 12 iterations
+    # +8.3 (p=0.04); lr 1e-3 x 2 epochs and lr 3e-4 with groups of 8 both made sampled success fall.
+    c.optim.lr = 5e-4
     c.optim.b1, c.optim.b2 = 0.9, 0.99
     c.optim.max_grad_norm = 1.0
 
@@ -70,7 +75,7 @@ def get_config():
     c.bc.lr = 2e-3
     c.bc.micro_batch = 8
 
-    c.rl.iterations = 10
+    c.rl.iterations = 12
     c.rl.eval_every = 0
     c.report.enabled = True
     c.report.eval_seeds = 20

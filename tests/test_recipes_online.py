@@ -57,6 +57,9 @@ def test_quick_main_job_end_to_end(quick_run):
     report = (work / "report.md").read_text()
     assert "| task | random | BC | RL |" in report and "**overall**" in report
     assert "Qwen3ForCausalLM" in report and "loaded" in report
+    assert "| RL - BC |" in report and "| BC - random |" in report  # paired differences on the same episodes
+    seconds = json.loads((work / "stage_seconds.json").read_text())
+    assert set(seconds) == {"bc", "rl", "eval"} and summary["wall_s"] == pytest.approx(sum(seconds.values()))
     for png in ("rl_curves.png", "per_task_success.png"):
         assert (work / png).stat().st_size > 1000
     evals = json.loads((work / "eval.json").read_text())
@@ -82,22 +85,49 @@ def test_one_mgrpo_iteration_updates_policy_and_engine(quick_run):
     assert changed, "one M-GRPO iteration left every parameter unchanged"
 
 
-def test_interrupted_run_resumes_from_last_checkpoint(quick_run):
-    from jaxwebrl.recipes.run import run_online
+def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
+    """SIGKILL the whole process group during RL (as a preempted machine would), then run the same command."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
 
     cfg, _ = quick_run
-    work = Path(cfg.workdir)
-    step_before = max(int(n) for n in os.listdir(work / "rl" / "checkpoints") if n.isdigit())
+    work = tmp_path / "run"
+    shutil.copytree(cfg.workdir, work)  # BC done, RL iteration 0 checkpointed
     demos_mtime = (work / "bc_demos.jsonl").stat().st_mtime
-    cfg.rl.iterations = 2
-    cfg.report.enabled = False
-    run_online(cfg)
-    history = [json.loads(line) for line in (work / "rl" / "history.jsonl").read_text().splitlines()]
-    assert [h["iteration"] for h in history] == [0, 1]  # the first iteration was not repeated
+    history_file = work / "rl" / "history.jsonl"
+    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "--config", str(ROOT / "configs" / "grpo_local.py"),
+           "--config.quick=true", f"--config.workdir={work}", "--config.rl.iterations=3",
+           "--config.report.enabled=false", "--config.log.progress=false"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+
+    def records() -> list[dict]:
+        return [json.loads(line) for line in history_file.read_text().splitlines()]
+
+    with open(tmp_path / "killed.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 900
+        while len(records()) < 2 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+        os.killpg(proc.pid, signal.SIGKILL)  # the process, its browsers and their drivers
+        proc.wait()
+    assert len(records()) == 2  # killed with iteration 1 logged (its checkpoint may or may not have landed)
+
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming RL from step" in done.stderr + done.stdout
+    history = records()
+    assert [h["iteration"] for h in history] == [0, 1, 2]  # none repeated, none lost
+    versions = [h["metrics"]["policy_version"] for h in history]
+    assert versions == sorted(versions) and versions[-1] > versions[0]
     assert (work / "bc_demos.jsonl").stat().st_mtime == demos_mtime  # BC was not redone
-    step_after = max(int(n) for n in os.listdir(work / "rl" / "checkpoints") if n.isdigit())
-    assert step_after > step_before
-    assert history[1]["metrics"]["policy_version"] > history[0]["metrics"]["policy_version"]
+    from jaxwebrl.train.checkpoint import Checkpointer
+
+    ck = Checkpointer(str(work / "rl" / "checkpoints"))
+    assert ck.read_meta()["run"]["rl_iterations"] == 3
 
 
 @pytest.mark.parametrize("config_name", ["grpo_tpu", "grpo_openwebrl", "reinforce_webgym", "rft_browseragent"])

@@ -133,17 +133,22 @@ async def _rl(cfg: ml_collections.ConfigDict, trainer: Any, history_file: Path) 
     from jaxwebrl.recipes.online import OnlineRL
 
     history = [json.loads(line) for line in history_file.read_text().splitlines()] if history_file.exists() else []
+    # The checkpoint says how many iterations its state includes; a record written after it (the process
+    # died before the next save) is dropped and that iteration runs again.
+    history = history[: int(trainer.run_meta.get("rl_iterations", 0))]
+    history_file.write_text("".join(json.dumps(r) + "\n" for r in history))
     async with OnlineRL(cfg, trainer, progress=bool(cfg.log.progress)) as rl:
         n = int(cfg.rl.iterations)
         bar = tqdm(range(len(history), n), initial=len(history), total=n, desc=f"{cfg.recipe} RL", unit="iter",
                    disable=not cfg.log.progress)
         for it in bar:
             log = await rl.iteration(it)
-            trainer.save(force=True)
             record = {"iteration": log.iteration, "metrics": log.metrics, "eval": log.eval}
             history.append(record)
             with history_file.open("a") as f:
                 f.write(json.dumps(record) + "\n")
+            trainer.run_meta["rl_iterations"] = it + 1
+            trainer.save(force=True)
             bar.set_postfix(success=f"{log.metrics.get('rollout/success_rate', 0):.2f}",
                             loss=f"{log.metrics.get('train/loss', float('nan')):.3f}")
     return history

@@ -103,6 +103,9 @@ class Trainer:
         self.data_iterator: DataIterator | None = None
         self._pending_data_state: dict[str, Any] | None = None
         self.last_metrics: dict[str, float] = {}
+        # The caller's own progress (e.g. RL iterations done), saved with each checkpoint and restored with it,
+        # so a resumed loop knows exactly which of its steps the restored state includes.
+        self.run_meta: dict[str, Any] = {}
         self._peak = peak_flops_per_chip(float(config.hardware.peak_flops))
         if checkpointing and config.checkpoint.resume:
             self.restore()
@@ -201,7 +204,7 @@ class Trainer:
 
     def meta(self) -> dict[str, Any]:
         return {"model": model_config_to_json(self.model_cfg), "tokenizer_dir": self.tokenizer_dir,
-                "recipe": self.config.recipe, "step": self.step}
+                "recipe": self.config.recipe, "step": self.step, "run": dict(self.run_meta)}
 
     def save(self, force: bool = False) -> bool:
         if self.checkpointer is None:
@@ -218,7 +221,8 @@ class Trainer:
         """Restore state (into this mesh's shardings) and the data iterator state; returns the step."""
         assert self.checkpointer is not None
         abstract = abstract_state(self.model_cfg, self.tx, self.mesh)
-        self.state, data, _ = self.checkpointer.restore(abstract, step)
+        self.state, data, meta = self.checkpointer.restore(abstract, step)
+        self.run_meta = dict(meta.get("run") or {})
         if data:
             if self.data_iterator is not None:
                 self.data_iterator.set_state(data)
