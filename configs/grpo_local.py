@@ -64,6 +64,8 @@ def get_config():
     # Tuned on this machine (held-out greedy success, paired with the same BC policy, 120 episodes):
     # lr 2e-4 for 10 iterations +6.7 points (p=0.12); lr 5e-4 with dynamic sampling for 12 iterations
     # +8.3 (p=0.04); lr 1e-3 x 2 epochs and lr 3e-4 with groups of 8 both made sampled success fall.
+    # The full run from scratch with these settings: BC 30.0%, RL 30.0% (click-link 5% -> 30%, others
+    # flat or down): RL's gain here is within the noise of 12 CPU iterations.
     c.optim.lr = 5e-4
     c.optim.b1, c.optim.b2 = 0.9, 0.99
     c.optim.max_grad_norm = 1.0

@@ -55,10 +55,10 @@ def plot_history(history: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
     its = [h["iteration"] for h in history]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     ax[0].plot(its, [h["metrics"].get("rollout/reward", 0) for h in history], marker="o")
-    ax[0].set(title="rollout reward (sampled, T=1)", xlabel="RL iteration", ylabel="mean reward")
+    ax[0].set(title="reward of the trained groups (sampled)", xlabel="RL iteration", ylabel="mean reward")
     # every sampled episode, including groups dynamic sampling dropped (older runs logged accepted ones only)
     sampled = [h["metrics"].get("rollout/success_rate_all", h["metrics"].get("rollout/success_rate", 0)) for h in history]
-    ax[1].plot(its, sampled, marker="o", label="rollout (sampled, T=1)")
+    ax[1].plot(its, sampled, marker="o", label="every sampled episode")
     evals = [(h["iteration"], h["eval"]["success_rate"]) for h in history if h.get("eval")]
     if evals:
         ax[1].plot(*zip(*evals), marker="s", label="greedy eval (held-out seeds)")
