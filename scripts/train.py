@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Collection
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -24,7 +25,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", os.path.join(os.path.dirname
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Lower and compile the train step against abstract params; print memory and FLOPs.")
 
 
-def run(config) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def run(config, explicit: Collection[str] = ()) -> dict[str, float]:  # type: ignore[no-untyped-def]
     import jax
     from tqdm import tqdm
 
@@ -36,7 +37,7 @@ def run(config) -> dict[str, float]:  # type: ignore[no-untyped-def]
     from jaxwebrl.train.config import apply_quick, data_files, validate_config
     from jaxwebrl.train.trainer import Trainer
 
-    config = apply_quick(config)
+    config = apply_quick(config, explicit)  # fields set on the command line win over the quick variant
     validate_config(config, len(jax.devices()))
     if config.data.kind == "online":  # browsers + engine + trainer: the online RL loop (jaxwebrl.recipes.run)
         from jaxwebrl.recipes.run import run_online
@@ -105,7 +106,9 @@ def main(argv: list[str]) -> None:
         print("DRY_RUN " + json.dumps(report))
         return
     maybe_initialize_distributed(config)  # multi-host: before any device is touched
-    run(config)
+    from jaxwebrl.train.config import command_line_fields
+
+    run(config, command_line_fields(sys.argv[1:]))
 
 
 if __name__ == "__main__":

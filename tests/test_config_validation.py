@@ -101,3 +101,18 @@ def test_bad_choices(tmp_path):
     c.train.logits_chunk = 100
     with pytest.raises(ConfigError, match=r"config\.train\.logits_chunk: 100 does not divide"):
         validate_config(c, 1)
+
+
+def test_quick_variant_keeps_fields_set_on_the_command_line():
+    from jaxwebrl.train.config import apply_quick, command_line_fields
+
+    argv = ["--config", "configs/grpo_local.py", "--config.quick=true", "--config.workdir=/tmp/x",
+            "--config.bc.steps", "7"]
+    explicit = command_line_fields(argv)
+    assert explicit == {"quick", "workdir", "bc.steps"}
+    c = _load("grpo_local")
+    c.quick, c.workdir, c.bc.steps = True, "/tmp/x", 7
+    q = apply_quick(c, explicit)
+    assert q.workdir == "/tmp/x" and q.bc.steps == 7  # the command line wins
+    assert q.bc.demo_seeds == c.quick_overrides.bc.demo_seeds and q.rl.iterations == 1  # the rest is quick
+    assert apply_quick(c).workdir == c.quick_overrides.workdir  # without explicit fields, quick's own

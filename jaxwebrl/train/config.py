@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import math
 import os
-from typing import Any
+from typing import Any, Collection, Sequence
 
 import ml_collections
 
@@ -185,22 +185,32 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
-def apply_quick(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def command_line_fields(argv: Sequence[str]) -> set[str]:
+    """Dotted config fields set on the command line (`--config.a.b=1` or `--config.a.b 1`)."""
+    return {a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")}
+
+
+def apply_quick(cfg: ml_collections.ConfigDict, explicit: Collection[str] = ()) -> ml_collections.ConfigDict:
     """With `quick=True`, overlay `quick_overrides` on the config (so `--config.quick=true` works even though
-    absl applies command-line overrides after get_config())."""
+    absl applies command-line overrides after get_config()). Fields in `explicit` (those set on the command
+    line) keep their value: `--config.quick=true --config.workdir=X` runs the quick variant in X."""
     if not cfg.quick:
         return cfg
     _unknown_fields(cfg.quick_overrides, default_config(), prefix="quick_overrides.")
     out = ml_collections.ConfigDict(cfg.to_dict())
+    keep = set(explicit)
 
-    def overlay(dst: ml_collections.ConfigDict, src: ml_collections.ConfigDict) -> None:
+    def overlay(dst: ml_collections.ConfigDict, src: ml_collections.ConfigDict, prefix: str) -> None:
         for key, value in src.items():
+            name = prefix + key
+            if name in keep:
+                continue
             if isinstance(value, ml_collections.ConfigDict):
-                overlay(dst[key], value)
+                overlay(dst[key], value, name + ".")
             else:
                 dst[key] = value
 
-    overlay(out, cfg.quick_overrides)
+    overlay(out, cfg.quick_overrides, "")
     return out
 
 
