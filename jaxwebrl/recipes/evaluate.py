@@ -105,27 +105,27 @@ async def evaluate(
     renderer, limits = PromptRenderer(tokenizer), OperationLimits()
     sem = asyncio.Semaphore(concurrency)
 
-    async def one(task: Any, seed: int) -> tuple[str, EpisodeResult]:
+    async def one(task: Any, seed: int) -> tuple[str, int, EpisodeResult]:
         async with sem:
             env = await pool.new_env(env_config)
             try:
-                return task.task_id, await run_episode(env, engine, tokenizer, task, seed, agent,
-                                                       renderer=renderer, limits=limits)
+                return task.task_id, seed, await run_episode(env, engine, tokenizer, task, seed, agent,
+                                                             renderer=renderer, limits=limits)
             finally:
                 await env.close()
                 if on_done is not None:
                     on_done()
 
-    keys = [(t.task_id, s) for t in tasks for s in seeds]
     results = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
     per_task: dict[str, list[int]] = {}
     terms: dict[str, int] = {}
     steps = []
-    for task_id, r in results:
+    outcomes: dict[str, bool] = {}
+    for task_id, seed, r in results:
         s, n = per_task.setdefault(task_id, [0, 0])
         per_task[task_id] = [s + int(r.success), n + 1]
         terms[r.trajectory.termination] = terms.get(r.trajectory.termination, 0) + 1
         steps.append(len(r.trajectory.turns))
-    outcomes = {f"{task_id}@{seed}": bool(r.success) for (task_id, seed), (_, r) in zip(keys, results)}
+        outcomes[f"{task_id}@{seed}"] = bool(r.success)
     return EvalReport({k: (v[0], v[1]) for k, v in per_task.items()}, terms, sum(steps) / max(1, len(steps)),
                       outcomes)

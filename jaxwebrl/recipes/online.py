@@ -118,8 +118,8 @@ class IterationLog:
 class OnlineRL:
     """One online RL run: `async with OnlineRL(cfg, trainer) as rl: await rl.iteration(i)` (see recipes/run.py)."""
 
-    def __init__(self, cfg: Any, trainer: Any, progress: bool = True):
-        self.cfg, self.trainer, self.progress = cfg, trainer, progress
+    def __init__(self, cfg: Any, trainer: Any):
+        self.cfg, self.trainer = cfg, trainer
         self.recipe = get_recipe(cfg.recipe)
         self.tokenizer = load_tokenizer(trainer.tokenizer_dir)
         self.env_cfg, self.agent_cfg = env_config_from(cfg), agent_config_from(cfg)

@@ -137,7 +137,7 @@ async def _rl(cfg: ml_collections.ConfigDict, trainer: Any, history_file: Path) 
     # died before the next save) is dropped and that iteration runs again.
     history = history[: int(trainer.run_meta.get("rl_iterations", 0))]
     history_file.write_text("".join(json.dumps(r) + "\n" for r in history))
-    async with OnlineRL(cfg, trainer, progress=bool(cfg.log.progress)) as rl:
+    async with OnlineRL(cfg, trainer) as rl:
         n = int(cfg.rl.iterations)
         bar = tqdm(range(len(history), n), initial=len(history), total=n, desc=f"{cfg.recipe} RL", unit="iter",
                    disable=not cfg.log.progress)

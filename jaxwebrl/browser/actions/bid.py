@@ -85,7 +85,6 @@ def _bind(name: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any] 
     return bound
 
 
-
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseError("the response is not text")

@@ -98,7 +98,6 @@ def _validate(name: str, args: dict[str, Any]) -> dict[str, Any] | str:
     return out
 
 
-
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseError("the response is not text")

@@ -36,7 +36,6 @@ exit(message): finish; message is the answer when the instruction is a question.
 go_backward(): previous page.  go_forward(): next page."""
 
 
-
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseError("the response is not text")

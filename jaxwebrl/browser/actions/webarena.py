@@ -45,7 +45,6 @@ def _candidate(text: str) -> str | None:
     return body[starts[-1].start():].strip()
 
 
-
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseError("the response is not text")
