@@ -43,7 +43,12 @@ def get_config():
     c.agent.temperature = 1.0
 
     c.data.kind = "online"
-    c.data.per = "trajectory"  # WebAgent-R1: one sequence per trajectory on the compressed context
+    # M-GRPO's objective and normalisation (1 / (G |tau_i| |a_ij|)), each turn scored on the exact context it
+    # was sampled from. The paper's per-trajectory cut (data.per="trajectory", configs/grpo_tpu.py) scores
+    # earlier actions after their page was replaced by "** Simplified html **": a policy without reasoning
+    # text then learns actions it cannot see the reason for (engine-trainer logprob gap 0.12-0.22 there,
+    # 0 here).
+    c.data.per = "turn"
     c.data.norm = "webagent_r1"
     c.train.seq_len = 1024
     c.train.micro_batch = 8
@@ -54,6 +59,9 @@ def get_config():
     c.rollout.groups_per_iteration = 8
     c.rollout.max_groups_per_iteration = 16  # dynamic sampling: train on groups whose rewards differ
     c.rollout.max_concurrent_groups = 2
+    # Tasks the policy always (focus-text) or never solves give groups without reward variance: draw tasks by
+    # p(1 - p) of their recent success so the rollout budget goes where GRPO has a signal.
+    c.rollout.task_sampling = "learnability"
     c.train.dynamic_sampling = True
     c.engine.num_slots = 8
     c.engine.max_len = 2048

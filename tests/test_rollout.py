@@ -137,3 +137,23 @@ def test_task_sampler_ratio_horizon_and_replay():
     drawn = collections.Counter(buf.draw(5000))
     assert "old" not in drawn
     assert abs(drawn["new"] / 5000 - 0.8) < 0.03  # weights 1 : 1/4
+
+
+def test_task_sampler_learnability_follows_reward_variance():
+    """Weights are max(floor, p (1 - p)) of each task's recent success rate: a task the policy always or
+    never solves is drawn at the floor, one it solves half the time at 0.25, an unseen one as p = 0.5."""
+    tasks = [_T("solved", "any"), _T("hopeless", "any"), _T("half", "any"), _T("new", "any")]
+    sampler = TaskSampler(tasks, seeds=[1, 2, 3], seed=0, learnability=True, window=8, floor=0.05)
+    sampler.record("solved", [True] * 8)
+    sampler.record("hopeless", [False] * 8)
+    sampler.record("half", [True, False] * 4)
+    assert [sampler.weight(t) for t in tasks] == pytest.approx([0.05, 0.05, 0.25, 0.25])
+    draws = collections.Counter(next(sampler)[0].task_id for _ in range(6000))
+    assert abs(draws["half"] / 6000 - 0.25 / 0.6) < 0.03 and abs(draws["solved"] / 6000 - 0.05 / 0.6) < 0.02
+    sampler.record("solved", [False] * 4)  # the window keeps the last 8: 4 successes, 4 failures
+    assert sampler.weight(tasks[0]) == pytest.approx(0.25)
+    uniform = TaskSampler(tasks, seeds=[1], seed=0)
+    uniform.record("solved", [True] * 8)
+    assert uniform.weight(tasks[0]) == 1.0
+    with pytest.raises(ValueError, match="floor"):
+        TaskSampler(tasks, seeds=[1], learnability=True, floor=0.0)

@@ -152,7 +152,8 @@ class OnlineRL:
         self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg,
                                    self.rollout_cfg, policy_version=lambda: self.version)
         self.sampler = TaskSampler(self.train_tasks, self.train_seeds, ratio=_pairs(cfg.env.difficulty_ratio) or None,
-                                   seed=int(cfg.seed) + self.version)
+                                   seed=int(cfg.seed) + self.version,
+                                   learnability=cfg.rollout.task_sampling == "learnability")
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -170,7 +171,12 @@ class OnlineRL:
         """Collect one batch of groups, train on it, sync weights."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        accept = group_filter(self.recipe, cfg)
+        keep = group_filter(self.recipe, cfg)
+
+        def accept(group: Group) -> bool:  # every finished group informs the task sampler, kept or not
+            self.sampler.record(group.task_id, [bool(t.metadata.get("success")) for t in group.trajectories])
+            return keep(group)
+
         groups, stats = await self.collector.collect(
             self.sampler, num_groups=int(cfg.rollout.groups_per_iteration), accept=accept,
             max_groups=int(cfg.rollout.max_groups_per_iteration) or None, agent_for=self._agent_for(it))

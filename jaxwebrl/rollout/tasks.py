@@ -1,7 +1,9 @@
 """Which task instance to play next, for how many steps, and which old samples to train on again.
 
 - `TaskSampler`: uniform over tasks, or by a difficulty ratio (WebGym, e.g. easy:medium:hard = 2:5:3), with
-  seeds drawn from the split's seed range; deterministic given its seed.
+  seeds drawn from the split's seed range; deterministic given its seed. With `learnability=True` a task is
+  drawn with weight p(1 - p), p its recent success rate (`record`): tasks the policy always or never solves
+  give GRPO groups without reward variance, so their episodes teach nothing and are drawn less.
 - `HorizonSchedule`: max steps per difficulty (WebGym 10/20/30) and/or a schedule over iterations
   (OpenWebRL: 15 steps, later 30).
 - `ReplayBuffer`: the last N iterations' samples, drawn with recency weight (iteration age + 1) ** -power.
@@ -19,10 +21,15 @@ T = TypeVar("T")
 
 
 class TaskSampler:
-    """Endless (task, seed) stream. `ratio` maps difficulty -> weight; tasks need a `difficulty` attribute."""
+    """Endless (task, seed) stream. `ratio` maps difficulty -> weight; tasks need a `difficulty` attribute.
+
+    `learnability`: within the chosen difficulty, weight each task by max(floor, p (1 - p)) where p is its
+    success rate over the last `window` recorded episodes (0.5 before any), so the draws follow where the
+    reward still varies. `floor` keeps every task in play, so a task that starts or stops being solved is
+    noticed."""
 
     def __init__(self, tasks: Sequence[Any], seeds: Sequence[int], *, ratio: dict[str, float] | None = None,
-                 seed: int = 0):
+                 seed: int = 0, learnability: bool = False, window: int = 24, floor: float = 0.05):
         if not tasks:
             raise ValueError("TaskSampler: no tasks to sample from; check the suite's task list and split")
         if not seeds:
@@ -38,6 +45,23 @@ class TaskSampler:
                 raise ValueError(f"TaskSampler ratio names difficulties {missing} that no task has; "
                                  f"present: {sorted(self.by_level)}")
         self.ratio = {d: w for d, w in (ratio or {}).items() if w > 0}
+        if learnability and not (window >= 1 and 0.0 < floor <= 0.25):
+            raise ValueError("TaskSampler: learnability needs window >= 1 and 0 < floor <= 0.25")
+        self.learnability, self.floor = learnability, floor
+        self.outcomes: dict[str, collections.deque[bool]] = collections.defaultdict(
+            lambda: collections.deque(maxlen=window))
+
+    def record(self, task_id: str, successes: Sequence[bool]) -> None:
+        """Outcomes of finished episodes of `task_id` (the learnability weights read them)."""
+        self.outcomes[task_id].extend(bool(s) for s in successes)
+
+    def weight(self, task: Any) -> float:
+        """The draw weight of `task` within its difficulty (1 without learnability)."""
+        if not self.learnability:
+            return 1.0
+        seen = self.outcomes.get(_task_id(task))
+        p = float(np.mean(seen)) if seen else 0.5
+        return max(self.floor, p * (1.0 - p))
 
     def __iter__(self) -> Iterator[tuple[Any, int]]:
         return self
@@ -50,8 +74,16 @@ class TaskSampler:
             pool = self.by_level[level]
         else:
             pool = self.tasks
-        task = pool[self.rng.integers(len(pool))]
+        if self.learnability:
+            w = np.asarray([self.weight(t) for t in pool], np.float64)
+            task = pool[self.rng.choice(len(pool), p=w / w.sum())]
+        else:
+            task = pool[self.rng.integers(len(pool))]
         return task, int(self.seeds[self.rng.integers(len(self.seeds))])
+
+
+def _task_id(task: Any) -> str:
+    return str(getattr(task, "task_id", task))
 
 
 @dataclasses.dataclass(frozen=True)

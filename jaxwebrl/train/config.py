@@ -146,6 +146,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.rollout.limit_execute = 0
     c.rollout.limit_evaluate = 0
     c.rollout.limit_generate = 0
+    c.rollout.task_sampling = "uniform"  # uniform | learnability (draw tasks by p(1-p) of recent success)
     c.rollout.horizon_per_difficulty = ""  # e.g. 'easy:10,medium:20,hard:30' (WebGym)
     c.rollout.replay_iterations = 0  # WebGym replay: keep the last N iterations' samples (0 = off)
     c.rollout.replay_power = 1.0
@@ -286,6 +287,7 @@ def validate_config(cfg: ml_collections.ConfigDict, num_devices: int, check_path
     _choice(cfg, "agent.strategy", ("compress_past", "last_k_screenshots", "memory", "current_plus_history"))
     _choice(cfg, "agent.prompt_format", ("webagent_r1", "openwebrl", "webgym", "browseragent", "bid"))
     _choice(cfg, "rollout.mode", ("async", "lockstep"))
+    _choice(cfg, "rollout.task_sampling", ("uniform", "learnability"))
     _choice(cfg, "engine.type", ("jax", "sglang"))
     _choice(cfg, "data.per", ("turn", "trajectory"))
     _choice(cfg, "data.norm", ("webagent_r1", "per_turn", "token_mean", "seq_mean_token_mean", "traj_sum"))
