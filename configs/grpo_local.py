@@ -31,11 +31,18 @@ def get_config():
     c.env.action_space = "bid"
     c.env.text_mode = "axtree"
     c.env.text_budget_chars = 1200
+    c.env.page_metadata = False  # MiniWoB++ tasks are one page: the URL line would only carry the server's port
     c.env.contexts_per_browser = 8
     c.env.eval_seeds = 20
 
     c.agent.strategy = "compress_past"
     c.agent.prompt_format = "bid"
+    # The bid format's own system prompt lists 21 actions (about 170 of a median 474 prompt tokens). A model
+    # trained from scratch learns the action syntax from the demonstrations; with the short prompt, BC's
+    # held-out exact-action accuracy after 150 steps rose from 0.23 to 0.47 (same demonstrations, same
+    # steps: each step packs 2.5x more samples), where the long prompt left the BC policy emitting one id
+    # per task whatever the page.
+    c.agent.system_prompt = "You are a web agent. Answer with exactly one action, e.g. click('12')"
     c.agent.max_steps = 6
     c.agent.max_context_tokens = 2048
     c.agent.max_new_tokens = 24

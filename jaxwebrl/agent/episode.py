@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from jaxwebrl.agent.context import APPEND_ONLY, ContextInputs, StepRecord, get_strategy
 from jaxwebrl.agent.limits import LockstepBarrier, OperationLimits
-from jaxwebrl.agent.prompts import extract_tag, get_format
+from jaxwebrl.agent.prompts import PromptFormat, extract_tag, get_format
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.env import BrowserEnv, EnvError
 from jaxwebrl.browser.task import Task
@@ -36,6 +36,10 @@ class AgentConfig:
     max_new_tokens: int = 1024
     max_format_errors: int = 3
     last_k: int = 1
+    # '' = the format's own system prompt (action list + output format). A policy trained from scratch on
+    # this prompt alone (the local run) learns as well from a short one, and every token of it costs
+    # compute at every turn.
+    system_prompt: str = ""
     temperature: float = 1.0
     top_p: float = 1.0
     greedy: bool = False
@@ -47,6 +51,11 @@ class AgentConfig:
         get_format(self.prompt_format)
         if self.max_steps < 1 or self.max_context_tokens < 16 or self.max_new_tokens < 1:
             raise ValueError("AgentConfig: max_steps, max_context_tokens and max_new_tokens must be positive")
+
+    def prompt(self) -> PromptFormat:
+        """The prompt format, with the configured system prompt."""
+        fmt = get_format(self.prompt_format)
+        return dataclasses.replace(fmt, system=self.system_prompt) if self.system_prompt else fmt
 
     def sampling(self, seed: int | None, budget: int) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, greedy=self.greedy,
@@ -114,7 +123,7 @@ async def _run_episode(
 ) -> EpisodeResult:
     renderer = renderer or PromptRenderer(tokenizer)
     limits = limits or OperationLimits()
-    fmt, build = get_format(cfg.prompt_format), get_strategy(cfg.strategy)
+    fmt, build = cfg.prompt(), get_strategy(cfg.strategy)
     timer, episode_id = _Timer(), uuid.uuid4().hex[:12]
     start = time.perf_counter()
     turns: list[Turn] = []

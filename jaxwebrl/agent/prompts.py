@@ -22,8 +22,11 @@ class PromptFormat:
     action_space: str
     output_instructions: str
     thinking: bool = True
+    system: str = ""  # replaces the generated system prompt when set (AgentConfig.system_prompt)
 
     def system_prompt(self) -> str:
+        if self.system:
+            return self.system
         space = get_action_space(self.action_space)
         return (
             "You are a web agent. You see a web page and a task, and you act on the page one step at a time.\n"

@@ -18,7 +18,6 @@ from transformers import PreTrainedTokenizerBase
 
 from jaxwebrl.agent.context import APPEND_ONLY, ContextInputs, StepRecord, get_strategy
 from jaxwebrl.agent.episode import AgentConfig
-from jaxwebrl.agent.prompts import get_format
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.pool import BrowserPool
@@ -86,7 +85,7 @@ async def collect_demonstrations(
 
 def demo_texts(demos: Sequence[Demonstration], agent: AgentConfig) -> list[str]:
     """Everything the policy will read or write, for training its tokenizer."""
-    fmt = get_format(agent.prompt_format)
+    fmt = agent.prompt()
     texts = [fmt.system_prompt()]
     for d in demos:
         texts.append(f"Task: {d.goal}")
@@ -101,7 +100,7 @@ def render_demonstrations(
     """BC trajectories: each step's prompt as the agent's context strategy renders it, the response as the
     solver's action text followed by the end-of-turn token."""
     renderer = PromptRenderer(tokenizer)
-    fmt, build = get_format(agent.prompt_format), get_strategy(agent.strategy)
+    fmt, build = agent.prompt(), get_strategy(agent.strategy)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     eos = eos if eos is not None and eos >= 0 else tokenizer.eos_token_id
     out = []

@@ -48,7 +48,8 @@ def _names(spec: str) -> list[str]:
 def env_config_from(cfg: Any) -> EnvConfig:
     e = cfg.env
     return EnvConfig(action_space=e.action_space,
-                     obs=ObsConfig(text_mode=e.text_mode, text_budget_chars=int(e.text_budget_chars)),
+                     obs=ObsConfig(text_mode=e.text_mode, text_budget_chars=int(e.text_budget_chars),
+                                   metadata=bool(e.page_metadata)),
                      step_timeout_s=float(e.step_timeout_s), episode_timeout_s=float(e.episode_timeout_s))
 
 
@@ -57,7 +58,7 @@ def agent_config_from(cfg: Any) -> AgentConfig:
     return AgentConfig(strategy=a.strategy, prompt_format=a.prompt_format, max_steps=int(a.max_steps),
                        max_context_tokens=int(a.max_context_tokens), max_new_tokens=int(a.max_new_tokens),
                        max_format_errors=int(a.max_format_errors), last_k=int(a.last_k),
-                       temperature=float(a.temperature), top_p=float(a.top_p),
+                       temperature=float(a.temperature), top_p=float(a.top_p), system_prompt=str(a.system_prompt),
                        episode_timeout_s=float(cfg.env.episode_timeout_s))
 
 

@@ -115,6 +115,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.env.action_space = "webagent_r1"  # webarena | webagent_r1 | openwebrl | bid
     c.env.text_mode = "html"  # axtree | html | both | none
     c.env.text_budget_chars = 16000
+    c.env.page_metadata = True  # url/tabs/scroll/focus with each observation (the URL line in text prompts)
     c.env.num_browsers = 1
     c.env.contexts_per_browser = 8
     c.env.train_seeds = 1000  # task instances to draw training episodes from
@@ -134,6 +135,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.agent.last_k = 1
     c.agent.temperature = 1.0
     c.agent.top_p = 1.0
+    c.agent.system_prompt = ""  # '' = the prompt format's own (action list + output format)
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.group_size = 4  # G trajectories per task instance
