@@ -127,3 +127,26 @@ def test_termination_reasons(policy, suite):
                         max_new_tokens=4)
     (r,), _ = _play(policy, suite, agent)
     assert r.trajectory.termination == "context_overflow" and r.trajectory.turns == []
+
+
+def test_configured_system_prompt_replaces_the_formats(policy, suite):
+    """AgentConfig.system_prompt reaches every prompt the engine sees and the BC demonstrations alike."""
+    from jaxwebrl.agent.context import StepRecord
+    from jaxwebrl.browser.observation import Observation
+    from jaxwebrl.recipes.demos import Demonstration, render_demonstrations
+
+    short = "Answer with one action."
+    agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=2, max_format_errors=10,
+                        max_new_tokens=4, max_context_tokens=4096, system_prompt=short)
+    (result,), calls = _play(policy, suite, agent)
+    _, _, tok = policy
+    for prompt, _ in calls:
+        text = tok.decode(prompt)
+        assert short in text and "Available actions" not in text
+    assert "Available actions" in AgentConfig(prompt_format="bid").prompt().system_prompt()
+    demo = Demonstration("miniwob.click-button", 0, "Click on the OK button.",
+                         [StepRecord(Observation(goal="Click", text="[3] button 'OK'"), None, "click('3')", action="click('3')")],
+                         True)
+    (traj,) = render_demonstrations([demo], tok, agent)
+    demo_text = tok.decode(traj.turns[0].prompt_ids)
+    assert short in demo_text and "Available actions" not in demo_text
