@@ -96,7 +96,7 @@ def get_config():
     c.bc.lr = 2e-3
     c.bc.micro_batch = 8
 
-    c.rl.iterations = 12
+    c.rl.iterations = 16
     c.rl.eval_every = 0
     c.report.enabled = True
     c.report.eval_seeds = 20
