@@ -59,7 +59,7 @@ class TaskSampler:
         """The draw weight of `task` within its difficulty (1 without learnability)."""
         if not self.learnability:
             return 1.0
-        seen = self.outcomes.get(_task_id(task))
+        seen = self.outcomes.get(task.task_id)
         p = float(np.mean(seen)) if seen else 0.5
         return max(self.floor, p * (1.0 - p))
 
@@ -80,10 +80,6 @@ class TaskSampler:
         else:
             task = pool[self.rng.integers(len(pool))]
         return task, int(self.seeds[self.rng.integers(len(self.seeds))])
-
-
-def _task_id(task: Any) -> str:
-    return str(getattr(task, "task_id", task))
 
 
 @dataclasses.dataclass(frozen=True)
