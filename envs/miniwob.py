@@ -17,7 +17,7 @@ import http.server
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from jaxwebrl.browser.session import BrowserSession
 from jaxwebrl.browser.task import EvalResult
@@ -87,6 +87,7 @@ class MiniWoBTask:
     name: str
     base_url: str
     threshold: float = 1.0
+    reuse_context: ClassVar[bool] = True  # setup always loads the page afresh; no cookies or storage matter
 
     @property
     def task_id(self) -> str:

@@ -36,7 +36,8 @@ class PoolConfig:
     """How many browsers, how many contexts each, and where they come from.
 
     `remote_endpoints` (ws:// urls of `playwright run-server`) replace local launches when non-empty: one
-    connection per endpoint, `contexts_per_browser` contexts on each.
+    connection per endpoint, `contexts_per_browser` contexts on each. `max_idle_contexts` bounds the finished
+    contexts kept for reuse by tasks that allow it (None: `capacity`; 0: never reuse).
     """
 
     num_browsers: int = 1
@@ -47,6 +48,7 @@ class PoolConfig:
     remote_endpoints: tuple[str, ...] = ()
     launch_timeout_s: float = 30.0
     relaunch_attempts: int = 3
+    max_idle_contexts: int | None = None
 
     def validate(self) -> None:
         """Fail at start with a message naming the field, never mid-run."""
@@ -54,6 +56,8 @@ class PoolConfig:
             raise ValueError("PoolConfig.num_browsers must be >= 1")
         if self.contexts_per_browser < 1:
             raise ValueError("PoolConfig.contexts_per_browser must be >= 1")
+        if self.max_idle_contexts is not None and self.max_idle_contexts < 0:
+            raise ValueError("PoolConfig.max_idle_contexts must be >= 0 (0 turns context reuse off) or None")
         if not self.remote_endpoints and not self.executable_path:
             raise ValueError(
                 "PoolConfig.executable_path: no Chromium found; install it (apt-get install chromium) "

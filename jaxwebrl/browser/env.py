@@ -1,4 +1,5 @@
-"""BrowserEnv: one episode at a time in a fresh isolated context from a BrowserPool.
+"""BrowserEnv: one episode at a time in an isolated context from a BrowserPool (fresh, or a parked one for
+tasks that declare `reuse_context`).
 
     obs = await env.reset(task, seed)            # raises EnvError if the start state cannot be built
     res = await env.step(text)                   # StepResult(observation, feedback, format_error, done, answer, ...)
@@ -66,23 +67,30 @@ class BrowserEnv:
         self.error: str | None = None
         self.last_obs: Observation | None = None
         self._crashed = False
+        self._reuse_key: tuple[Any, ...] | None = None
+        self._reused = False
         self._t0 = 0.0
         self._closed = False
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def reset(self, task: Task, seed: int = 0) -> Observation:
-        """Fresh context, task start state for `seed`, first observation."""
+        """Task start state for `seed` in a fresh context (or a parked one, for tasks that allow reuse),
+        first observation."""
         if self._closed:
             raise RuntimeError("reset on a closed BrowserEnv")
         await self._drop_session()
         self.task, self.answer, self.steps, self.done = task, None, 0, False
         self.termination_reason, self.error, self._crashed = None, None, False
+        origins = tuple(task.allowed_origins()) + tuple(self.config.extra_allowed_origins)
+        self._reuse_key = (origins, self.config) if getattr(task, "reuse_context", False) else None
         try:
-            self.slot, context = await self.pool._new_context(self)
-            allow = Allowlist(tuple(task.allowed_origins()) + tuple(self.config.extra_allowed_origins))
-            self.session = await BrowserSession.create(context, self.config, allow)
-            self.goal = await asyncio.wait_for(task.setup(self.session, seed), self.config.step_timeout_s)
-            obs = await asyncio.wait_for(observe(self.session, self.config.obs, self.goal), self.config.step_timeout_s)
+            try:
+                obs = await self._start(task, seed, origins, reuse=True)
+            except Exception:
+                if not self._reused:
+                    raise
+                await self._drop_session(park=False)  # a parked context that fails gets one fresh retry
+                obs = await self._start(task, seed, origins, reuse=False)
         except Exception as exc:
             self._end("env_error", f"reset failed: {type(exc).__name__}: {exc}")
             if isinstance(exc, asyncio.TimeoutError) and self.slot is not None:
@@ -91,6 +99,19 @@ class BrowserEnv:
         self._t0 = time.monotonic()
         self.last_obs = obs
         return obs
+
+    async def _start(self, task: Task, seed: int, origins: tuple[str, ...], reuse: bool) -> Observation:
+        parked = self.pool._take_parked(self._reuse_key) if reuse and self._reuse_key is not None else None
+        self._reused = parked is not None
+        if parked is not None:
+            self.slot, self.session = parked
+            self.session.recycle()
+            self.slot.envs.add(self)
+        else:
+            self.slot, context = await self.pool._new_context(self)
+            self.session = await BrowserSession.create(context, self.config, Allowlist(origins))
+        self.goal = await asyncio.wait_for(task.setup(self.session, seed), self.config.step_timeout_s)
+        return await asyncio.wait_for(observe(self.session, self.config.obs, self.goal), self.config.step_timeout_s)
 
     async def close(self) -> None:
         """Release the context and the pool slot. Idempotent."""
@@ -106,10 +127,17 @@ class BrowserEnv:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def _drop_session(self) -> None:
+    async def _drop_session(self, park: bool = True) -> None:
+        """Close the episode's context, or park it in the pool when the task allows reuse and the episode
+        left it healthy (no crash or browser error, one tab)."""
         if self.session is not None:
             session, slot = self.session, self.slot
             self.session = None
+            healthy = not self._crashed and self.termination_reason != "env_error" and session.reusable
+            if park and self._reuse_key is not None and healthy and slot is not None:
+                slot.envs.discard(self)
+                if await self.pool._park(slot, session, self._reuse_key):
+                    return
             await session.close()
             self.pool._forget_context(slot, session.context)
 

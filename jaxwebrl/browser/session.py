@@ -52,6 +52,21 @@ class BrowserSession:
         self._adopt(page)
         return self
 
+    def recycle(self) -> None:
+        """Ready a parked session for its next episode: the ids restart at 1 (the next navigation loads a
+        fresh document), blocked-request history and tab state are cleared."""
+        self.counter = IdCounter()
+        self.last = None
+        self.blocked.clear()  # in place: the route handler holds this list
+        self.active = 0
+        self.adopt_new_pages = True
+        self._nav_pending.clear()
+
+    @property
+    def reusable(self) -> bool:
+        """One tab left and nothing closed: the context can serve another episode of the same task."""
+        return not self.closed and len(self.pages) == 1 and len(self.context.pages) == 1
+
     # ---- tabs -------------------------------------------------------------------------------------
     def _adopt(self, page: Page) -> None:
         if page in self.pages:

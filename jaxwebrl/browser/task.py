@@ -3,6 +3,10 @@ imports them.
 
 A task says which origins it may reach, sets up its start state in a fresh session and returns the goal
 text, can report that the page itself ended the episode (MiniWoB++), and evaluates the end state.
+
+A task may also set `reuse_context = True` when its start state is a fresh page load that no cookie or
+storage can change (MiniWoB++): the pool then reuses a finished episode's context for its next reset instead
+of opening a new one. Tasks without it (local sites with logins and carts) always get a fresh context.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """MiniWoB++ through the real pages: scripted correct bid actions succeed, wrong ones fail, seeds are
-reproducible, splits are disjoint."""
+reproducible, splits are disjoint, reused contexts start like fresh ones."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from envs import get_suite
 from envs.miniwob import MiniWoBSuite
 from envs.miniwob_solvers import SOLVABLE, plan, wrong_plan
-from jaxwebrl.browser import EnvConfig
+from jaxwebrl.browser import BrowserPool, EnvConfig, PoolConfig
 
 pytestmark = pytest.mark.timeout(240)
 CFG = EnvConfig(action_space="bid")
@@ -73,3 +73,53 @@ def test_splits():
     assert not set(MiniWoBSuite.seeds("train", 100)) & set(MiniWoBSuite.seeds("test", 100))
     with pytest.raises(ValueError, match="unknown MiniWoB"):
         MiniWoBSuite(tasks=["no-such-task"])
+
+
+def test_reused_context_starts_like_a_fresh_one(runner, miniwob):
+    """A parked context serves the next episode: same goal, page text and element ids as a fresh context,
+    the scripted plan still solves it, and at most `max_idle_contexts` contexts stay parked."""
+
+    async def first_obs(pool: BrowserPool, task: str, seed: int):
+        async with pool.episode(miniwob.get_task(task), seed, CFG) as (env, obs):
+            return obs, env.session.context
+
+    async def go():
+        async with BrowserPool(PoolConfig(contexts_per_browser=3, max_idle_contexts=0), CFG) as fresh, \
+                BrowserPool(PoolConfig(contexts_per_browser=3, max_idle_contexts=2), CFG) as reusing:
+            for name in SOLVABLE:
+                task = f"miniwob.{name}"
+                assert await run_plan(reusing, miniwob, name, 1, wrong=False) == (1.0, True, "task_done")
+                assert reusing.stats()["parked"] >= 1
+                open_before = set(reusing.slots[0].browser.contexts)
+                for seed in (5, 6):
+                    want, _ = await first_obs(fresh, task, seed)
+                    got, ctx = await first_obs(reusing, task, seed)
+                    assert ctx in open_before and set(reusing.slots[0].browser.contexts) == open_before
+                    assert (got.goal, got.text) == (want.goal, want.text), (task, seed)
+                    assert [(e.id, e.tag, e.text) for e in got.elements] == [(e.id, e.tag, e.text) for e in want.elements]
+                assert await run_plan(reusing, miniwob, name, 7, wrong=False) == (1.0, True, "task_done")
+                assert fresh.stats()["parked"] == 0 and fresh.stats()["contexts"] == 0
+            # three concurrent episodes need three contexts; only two stay parked afterwards
+            await asyncio.gather(*(first_obs(reusing, "miniwob.click-button", s) for s in (1, 2, 3)))
+            assert reusing.stats()["parked"] == 2 and reusing.stats()["contexts"] == 2
+
+    runner.run(go(), timeout=200)
+
+
+def test_parked_contexts_survive_a_browser_crash(runner, miniwob):
+    """Killing the browser drops its parked contexts; the next reset opens a fresh one and works."""
+
+    async def go():
+        async with BrowserPool(PoolConfig(contexts_per_browser=2), CFG) as pool:
+            task = miniwob.get_task("miniwob.click-button")
+            async with pool.episode(task, 1, CFG):
+                pass
+            assert pool.stats()["parked"] == 1
+            await pool.kill_browser(0)
+            await pool.wait_ready(30)
+            assert pool.stats()["parked"] == 0
+            async with pool.episode(task, 2, CFG) as (env, obs):
+                assert obs.goal and not env.done
+            assert pool.stats()["parked"] == 1 and pool.stats()["crashes"] == 1
+
+    runner.run(go())

@@ -166,3 +166,18 @@ def test_reset_failure_raises_env_error(runner, pool):
             await env.close()
 
     runner.run(go())
+
+
+def test_site_episodes_never_share_a_context(runner, pool, sites):
+    """Local sites keep state in cookies and storage, so every episode gets a fresh context (no reuse)."""
+
+    async def go():
+        async with pool.episode(pg_task(sites), 0) as (env, obs):
+            first = env.session.context
+            await env.session.page.evaluate("() => { document.cookie = 'cart=1'; localStorage.setItem('k', 'v'); }")
+        async with pool.episode(pg_task(sites), 0) as (env, obs):
+            assert env.session.context is not first
+            state = await env.session.page.evaluate("() => [document.cookie, localStorage.getItem('k')]")
+            assert state == ["", None]
+
+    runner.run(go())
