@@ -72,7 +72,8 @@ class PoolConfig:
 
 @dataclass(frozen=True)
 class ObsConfig:
-    """Which observation parts to produce. `text_mode` picks the text: a11y tree, simplified HTML, both, none."""
+    """Which observation parts to produce. `text_mode` picks the text: a11y tree, simplified HTML, both, none.
+    `relative_urls` shows same-origin link urls as paths, so a local server's random port stays out of the text."""
 
     text_mode: str = "axtree"
     screenshot: bool = False
@@ -80,6 +81,7 @@ class ObsConfig:
     metadata: bool = True
     text_budget_chars: int = 16_000
     include_hidden: bool = False
+    relative_urls: bool = False
 
     def validate(self) -> None:
         if self.text_mode not in TEXT_MODES:

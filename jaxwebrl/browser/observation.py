@@ -14,9 +14,11 @@ from __future__ import annotations
 import html as _html
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from jaxwebrl.browser.config import ObsConfig
 from jaxwebrl.browser.marking import Element, Snapshot
+from jaxwebrl.browser.safety import origin_of
 from jaxwebrl.browser.session import BrowserSession
 
 VOID_TAGS = frozenset({"input", "img", "br", "hr"})
@@ -66,17 +68,29 @@ def _fmt_value(v: Any) -> str:
     return "True" if v is True else "False" if v is False else str(v)
 
 
-def axtree_line(el: Element, depth_offset: int = 1) -> str:
+def relative_url(url: str, page_url: str | None) -> str:
+    """`url` as a path when it is on `page_url`'s origin: a local server's port then never reaches the prompt."""
+    if not page_url or not origin_of(url) or origin_of(url) != origin_of(page_url):
+        return url
+    parts = urlsplit(url)
+    return urlunsplit(("", "", parts.path or "/", parts.query, parts.fragment))
+
+
+def axtree_line(el: Element, depth_offset: int = 1, page_url: str | None = None) -> str:
     name = el.name if el.name or el.role != "StaticText" else el.text
     line = "\t" * (el.depth + depth_offset) + f"[{el.id}] {el.role} {name!r}"
     for key, value in el.props.items():
+        if key == "url" and isinstance(value, str):
+            value = relative_url(value, page_url)
         line += f" {key}: {_fmt_value(value)}"
     return line
 
 
-def render_axtree(snap: Snapshot, include_hidden: bool = False) -> str:
+def render_axtree(snap: Snapshot, include_hidden: bool = False, relative_urls: bool = False) -> str:
+    """One line per visible element; with `relative_urls`, links on the page's own origin show only their path."""
+    page_url = snap.url if relative_urls else None
     lines = [f"RootWebArea {snap.title!r}" + (" focused: True" if snap.focused is None else "")]
-    lines += [axtree_line(el) for el in snap.elements if include_hidden or el.visible]
+    lines += [axtree_line(el, page_url=page_url) for el in snap.elements if include_hidden or el.visible]
     return "\n".join(lines)
 
 
@@ -172,7 +186,7 @@ async def observe(session: BrowserSession, config: ObsConfig, goal: str) -> Obse
     """Mark the active tab and build the configured observation parts."""
     await session.ensure_page()
     snap = await session.snapshot()
-    ax = render_axtree(snap, config.include_hidden) if config.text_mode in ("axtree", "both") else None
+    ax = render_axtree(snap, config.include_hidden, config.relative_urls) if config.text_mode in ("axtree", "both") else None
     ht = render_html(snap, config.include_hidden) if config.text_mode in ("html", "both") else None
     truncated = False
     if config.text_mode == "both":

@@ -49,7 +49,7 @@ def env_config_from(cfg: Any) -> EnvConfig:
     e = cfg.env
     return EnvConfig(action_space=e.action_space,
                      obs=ObsConfig(text_mode=e.text_mode, text_budget_chars=int(e.text_budget_chars),
-                                   metadata=bool(e.page_metadata)),
+                                   metadata=bool(e.page_metadata), relative_urls=bool(e.relative_urls)),
                      step_timeout_s=float(e.step_timeout_s), episode_timeout_s=float(e.episode_timeout_s))
 
 

@@ -116,6 +116,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.env.text_mode = "html"  # axtree | html | both | none
     c.env.text_budget_chars = 16000
     c.env.page_metadata = True  # url/tabs/scroll/focus with each observation (the URL line in text prompts)
+    c.env.relative_urls = False  # same-origin link urls as paths (keeps a local server's port out of prompts)
     c.env.num_browsers = 1
     c.env.contexts_per_browser = 8
     c.env.train_seeds = 1000  # task instances to draw training episodes from

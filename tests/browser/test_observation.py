@@ -8,7 +8,7 @@ import re
 import pytest
 
 from jaxwebrl.browser import EnvConfig, ObsConfig
-from jaxwebrl.browser.observation import truncate
+from jaxwebrl.browser.observation import relative_url, truncate
 from tests.browser.conftest import find_id, pg_task
 
 pytestmark = pytest.mark.timeout(120)
@@ -74,3 +74,30 @@ def test_hidden_elements_are_marked_but_not_shown(runner, pool, sites):
             assert ghost and not ghost[0].visible and "Ghost" not in r.observation.text
 
     runner.run(go())
+
+
+def test_relative_urls_drop_the_servers_origin(runner, pool, sites):
+    """With relative_urls, same-origin links read as paths (a local server's port never reaches the prompt);
+    other origins stay absolute."""
+    origin = sites.urls["playground"]
+
+    async def go():
+        absolute = EnvConfig(obs=ObsConfig(text_mode="axtree", text_budget_chars=100_000))
+        relative = EnvConfig(obs=ObsConfig(text_mode="axtree", text_budget_chars=100_000, relative_urls=True))
+        async with pool.episode(pg_task(sites), 0, absolute) as (env, obs):
+            assert f"url: {origin}/" in obs.text
+        async with pool.episode(pg_task(sites), 0, relative) as (env, obs):
+            urls = re.findall(r" url: (\S+)", obs.text)
+            assert urls and all(u.startswith("/") for u in urls) and origin not in obs.text, urls
+
+    runner.run(go())
+
+
+def test_relative_url_keeps_other_origins():
+    page = "http://127.0.0.1:40105/miniwob/click-tab.html"
+    assert relative_url("http://127.0.0.1:40105/miniwob/click-tab.html#tabs-2", page) == "/miniwob/click-tab.html#tabs-2"
+    assert relative_url("http://127.0.0.1:40105", page) == "/"
+    assert relative_url("http://127.0.0.1:40105/a?q=1", page) == "/a?q=1"
+    assert relative_url("http://127.0.0.1:9999/a", page) == "http://127.0.0.1:9999/a"
+    assert relative_url("https://example.com/a", page) == "https://example.com/a"
+    assert relative_url("mailto:x@y.z", page) == "mailto:x@y.z"
