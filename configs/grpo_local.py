@@ -86,9 +86,11 @@ def get_config():
     # and a smaller step keep what BC knows: beta 0.04, lr 2e-4 from the same BC policy gave RL 32.5%
     # (paired -1.7 [-7.3, +4.0], p = 0.77). Earlier tuning (longer prompts): lr 2e-4 +6.7 (p = 0.12),
     # lr 5e-4 +8.3 (p = 0.04) from one BC policy, +-1 point from others; lr 1e-3 x 2 epochs and groups of
-    # 8 made sampled success fall. The full run with these settings and 16 iterations (27.1 min): random 0.0%,
-    # BC 35.0%, RL 34.2% (paired -0.8 [-7.2, +5.5], p = 1): about 90 groups with reward variance on CPU do
-    # not move greedy success beyond the noise of 120 held-out episodes.
+    # 8 made sampled success fall. With 600 demonstrations, 400 BC steps, 2 epochs and 20 iterations (context
+    # reuse made rollouts ~3x faster): RL - BC +0.0 (16 iterations, 200 BC steps), +2.8 (p = 0.51), lr 4e-4 x 24
+    # iterations -2.8 (p = 0.55); the full run with relative urls (24.7 min): random 0.0%, BC 43.9%, RL 40.0%,
+    # paired -3.9 [-10.8, +3.1], p = 0.35, 180 held-out episodes. RL flips 37-52 of 180 greedy outcomes, about
+    # half each way (click-tab up in two runs, down in two): ~100 groups with reward variance do not move the total.
     c.loss.beta = 0.04
     c.optim.lr = 2e-4
     c.optim.b1, c.optim.b2 = 0.9, 0.99
