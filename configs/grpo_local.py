@@ -89,8 +89,9 @@ def get_config():
     # 8 made sampled success fall. With 600 demonstrations, 400 BC steps, 2 epochs and 20 iterations (context
     # reuse made rollouts ~3x faster): RL - BC +0.0 (16 iterations, 200 BC steps), +2.8 (p = 0.51), lr 4e-4 x 24
     # iterations -2.8 (p = 0.55); the full run with relative urls (24.7 min): random 0.0%, BC 43.9%, RL 40.0%,
-    # paired -3.9 [-10.8, +3.1], p = 0.35, 180 held-out episodes (rollouts at T 0.7 from that BC: -2.8, p = 0.44). RL flips 37-52 of 180 greedy outcomes, about
-    # half each way (click-tab up in two runs, down in two): ~100 groups with reward variance do not move the total.
+    # paired -3.9 [-10.8, +3.1], p = 0.35, 180 held-out episodes; rollouts at T 0.7 from that BC: -2.8, p = 0.44.
+    # RL flips 37-52 of 180 greedy outcomes, about half each way (click-tab up in two runs, down in two):
+    # ~100 groups with reward variance do not move the total.
     c.loss.beta = 0.04
     c.optim.lr = 2e-4
     c.optim.b1, c.optim.b2 = 0.9, 0.99
