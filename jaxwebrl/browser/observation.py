@@ -70,7 +70,8 @@ def _fmt_value(v: Any) -> str:
 
 def relative_url(url: str, page_url: str | None) -> str:
     """`url` as a path when it is on `page_url`'s origin: a local server's port then never reaches the prompt."""
-    if not page_url or not origin_of(url) or origin_of(url) != origin_of(page_url):
+    origin = origin_of(url)
+    if not page_url or not origin or origin != origin_of(page_url):
         return url
     parts = urlsplit(url)
     return urlunsplit(("", "", parts.path or "/", parts.query, parts.fragment))

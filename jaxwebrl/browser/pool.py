@@ -9,8 +9,8 @@ At most `capacity` envs exist at once (`new_env` waits for a free slot). Each `r
 (own cookies and storage) in the live browser with the fewest contexts, except for tasks that declare
 `reuse_context = True` (MiniWoB++: static pages with no cookies or storage): their finished contexts are
 parked (at most `max_idle_contexts`) and the next reset for the same origins and EnvConfig navigates the
-parked tab again, which costs a page load (~0.08 s) instead of a new context (~0.36 s). Browsers are launched locally
-(`executable_path`, one process each) or, when `remote_endpoints` are given, connected to
+parked tab again, which costs a page load (~0.08 s) instead of a new context (~0.36 s). Browsers are
+launched locally (`executable_path`, one process each) or, when `remote_endpoints` are given, connected to
 `playwright run-server` endpoints. When a browser disconnects (crash, kill) its running envs are marked so
 their episode ends with `env_error`, and the browser is relaunched in the background; a step that times
 out triggers a health probe that kills and relaunches a hung browser.
@@ -259,7 +259,7 @@ class BrowserPool:
         """The most recently parked live session for `key`, removed from the parked list."""
         for i in range(len(self._parked) - 1, -1, -1):
             p = self._parked[i]
-            if p.key == key and self._connected(p.slot) and p.session.context in p.slot.contexts:
+            if p.key == key and self._connected(p.slot):  # a crashed browser's entries are already dropped
                 del self._parked[i]
                 return p.slot, p.session
         return None
