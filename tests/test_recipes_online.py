@@ -85,6 +85,24 @@ def test_one_mgrpo_iteration_updates_policy_and_engine(quick_run):
     assert changed, "one M-GRPO iteration left every parameter unchanged"
 
 
+def test_bc_rows_shorter_than_a_demonstration_are_refused(quick_run, tmp_path):
+    """Packing would cut the response off a sample longer than the row: the run stops and names the field."""
+    import shutil
+
+    from jaxwebrl.recipes.run import behaviour_cloning
+
+    cfg, _ = quick_run
+    work = tmp_path / "run"
+    work.mkdir()
+    shutil.copy(Path(cfg.workdir) / "bc_demos.jsonl", work)
+    shutil.copytree(Path(cfg.workdir) / "policy_init", work / "policy_init")
+    bad = cfg.copy_and_resolve_references()
+    bad.workdir, bad.bc.seq_len = str(work), 64
+    with pytest.raises(ValueError, match=r"bc.seq_len=64 is shorter than the longest demonstration sample"):
+        behaviour_cloning(bad)
+    assert not (work / "bc").exists()  # nothing trained, the demonstrations kept for the fixed rerun
+
+
 def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
     """SIGKILL the whole process group during RL (as a preempted machine would), then run the same command."""
     import shutil

@@ -102,16 +102,22 @@ def behaviour_cloning(cfg: ml_collections.ConfigDict) -> str:
         lengths = [len(t.turns[-1].prompt_ids) + len(t.turns[-1].response_ids) for t in trajs]
         _log(f"{len(trajs)} demonstrations in {time.time() - t0:.0f}s; tokens per demo: median "
              f"{int(np.median(lengths))}, max {max(lengths)}")
+    seq_len = int(cfg.bc.seq_len) or int(cfg.train.seq_len)
+    source = trajectory_files_dataset([str(demo_file)], cfg.data.per, "token_mean")
+    longest = max(len(s) for s in source)
+    if longest > seq_len:  # packing would cut the response off the end of the longest samples
+        raise ValueError(f"bc.seq_len={seq_len} is shorter than the longest demonstration sample ({longest} tokens): "
+                         f"set bc.seq_len to at least {longest}")
     sft = _stage_config(
-        cfg, **{"loss.kind": "sft", "optim.lr": float(cfg.bc.lr), "train.steps": int(cfg.bc.steps),
+        cfg, **{"loss.kind": "sft", "optim.lr": float(cfg.bc.lr), "train.steps": int(cfg.bc.steps), "train.seq_len": seq_len,
                 "train.micro_batch": int(cfg.bc.micro_batch), "train.accum_steps": 1, "model.source": "hf",
                 "model.path": str(init_dir), "checkpoint.dir": str(bc_dir / "checkpoints"), "log.dir": str(bc_dir / "logs"),
                 "data.norm": "token_mean", "optim.schedule": "warmup_cosine", "optim.warmup_ratio": 0.05,
                 "optim.max_grad_norm": 1.0, "loss.beta": 0.0})
     sft.checkpoint.resume = os.path.isdir(sft.checkpoint.dir) and any(n.isdigit() for n in os.listdir(sft.checkpoint.dir))
     trainer = Trainer(sft, total_steps=int(cfg.bc.steps))
-    pipe = PipelineConfig(seq_len=int(cfg.train.seq_len), rows=trainer.rows, seed=int(cfg.seed), mode="pack")
-    it = DataIterator(make_dataset(trajectory_files_dataset([str(demo_file)], cfg.data.per, "token_mean"), pipe))
+    pipe = PipelineConfig(seq_len=seq_len, rows=trainer.rows, seed=int(cfg.seed), mode="pack")
+    it = DataIterator(make_dataset(source, pipe))
     trainer.attach_data(it)
     bar = tqdm(range(trainer.step, int(cfg.bc.steps)), initial=trainer.step, total=int(cfg.bc.steps),
                desc="behaviour cloning", unit="step", disable=not cfg.log.progress)

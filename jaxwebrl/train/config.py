@@ -180,6 +180,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.bc.steps = 200
     c.bc.lr = 1e-3
     c.bc.micro_batch = 8
+    c.bc.seq_len = 0  # packed row length for the demonstrations (0 = train.seq_len); attention costs ~T^2 per row
 
     c.report = ml_collections.ConfigDict()
     c.report.enabled = False  # evaluate random / BC / RL and write report.md + plots
