@@ -94,6 +94,13 @@ def get_config():
     # ~100 groups with reward variance do not move the total.
     c.loss.beta = 0.04
     c.optim.lr = 2e-4
+    # A fresh Adam's first steps move every weight by about lr whatever its gradient (m / sqrt(v) = sign(g)
+    # at step 1): from one BC policy (49.6% greedy, 240 held-out episodes) RL without warmup jumped to
+    # kl_ref 1.3 in its first iteration (grad norm 8.7) and ended at 40.8% (paired -8.8 [-13.9, -3.6],
+    # p = 0.0015; click-tab 92% -> 65%); with a 40-step linear warmup kl_ref stayed below 0.01 for five
+    # iterations and RL ended at 47.5% (paired -2.1 [-6.2, +2.0], p = 0.42; click-tab 92% -> 95%).
+    c.optim.schedule = "warmup_constant"
+    c.optim.warmup_steps = 40  # of ~140 RL optimizer steps
     c.optim.b1, c.optim.b2 = 0.9, 0.99
     c.optim.max_grad_norm = 1.0
 
@@ -120,6 +127,7 @@ def get_config():
     q.env = dict(tasks="focus-text,click-button", reward="raw")
     q.bc = dict(demo_seeds=8, steps=60, micro_batch=4)
     q.rl = dict(iterations=1)
+    q.optim = dict(schedule="constant", warmup_steps=0)  # one iteration of a few steps: no room for a warmup
     q.agent = dict(temperature=0.5)  # a barely trained policy samples mostly noise at T=1
     q.rollout = dict(group_size=6, groups_per_iteration=1, max_groups_per_iteration=12)
     q.train = dict(dynamic_sampling=True)

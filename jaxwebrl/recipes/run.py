@@ -113,7 +113,7 @@ def behaviour_cloning(cfg: ml_collections.ConfigDict) -> str:
                 "train.micro_batch": int(cfg.bc.micro_batch), "train.accum_steps": 1, "model.source": "hf",
                 "model.path": str(init_dir), "checkpoint.dir": str(bc_dir / "checkpoints"), "log.dir": str(bc_dir / "logs"),
                 "data.norm": "token_mean", "optim.schedule": "warmup_cosine", "optim.warmup_ratio": 0.05,
-                "optim.max_grad_norm": 1.0, "loss.beta": 0.0})
+                "optim.warmup_steps": 0, "optim.max_grad_norm": 1.0, "loss.beta": 0.0})  # RL's warmup is not BC's
     sft.checkpoint.resume = os.path.isdir(sft.checkpoint.dir) and any(n.isdigit() for n in os.listdir(sft.checkpoint.dir))
     trainer = Trainer(sft, total_steps=int(cfg.bc.steps))
     pipe = PipelineConfig(seq_len=seq_len, rows=trainer.rows, seed=int(cfg.seed), mode="pack")
