@@ -91,7 +91,10 @@ def get_config():
     # iterations -2.8 (p = 0.55); the full run with relative urls (24.7 min): random 0.0%, BC 43.9%, RL 40.0%,
     # paired -3.9 [-10.8, +3.1], p = 0.35, 180 held-out episodes; rollouts at T 0.7 from that BC: -2.8, p = 0.44.
     # RL flips 37-52 of 180 greedy outcomes, about half each way (click-tab up in two runs, down in two):
-    # ~100 groups with reward variance do not move the total.
+    # ~100 groups with reward variance do not move the total. Without element-id grounding the best a policy
+    # can do is each task's most frequent id, which BC's greedy answer already is; relabelling the demos'
+    # ids at random (to force reading the page) left BC's held-out exact-action accuracy at 0.29 after 400
+    # steps against 0.60 without: the copy circuit does not form on this budget.
     c.loss.beta = 0.04
     c.optim.lr = 2e-4
     # A fresh Adam's first steps move every weight by about lr whatever its gradient (m / sqrt(v) = sign(g)
