@@ -33,6 +33,24 @@ def test_prefill_then_single_steps_equal_full_forward(arch):
         np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5)
 
 
+@pytest.mark.parametrize("scan", [True, False])
+def test_decode_over_a_span_of_the_cache_equals_full_forward(scan: bool):
+    """The sampler's decode step: the cache carried through scanned or unrolled layers, attention limited to
+    the first `attend_len` entries of a longer cache (rows never reach past it)."""
+    cfg = tiny_config("qwen3").replace(scan_layers=scan)
+    params = init_params(cfg, jax.random.key(4), std=0.2)
+    T, prompt, span = 12, 5, 16
+    tokens = jnp.asarray(np.random.default_rng(4).integers(0, cfg.vocab_size, (2, T)))
+    full, _ = forward(cfg, params, tokens, jnp.broadcast_to(jnp.arange(T), (2, T)))
+    cache = init_cache(cfg, batch=2, max_len=64)
+    _, cache = forward(cfg, params, tokens[:, :prompt], jnp.broadcast_to(jnp.arange(prompt), (2, prompt)), cache=cache)
+    step = jax.jit(lambda c, t, p: forward(cfg, params, t, p, cache=c, attend_len=span), donate_argnums=0)
+    for t in range(prompt, T):
+        logits, cache = step(cache, tokens[:, t : t + 1], jnp.full((2, 1), t))
+        np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5)
+    assert not np.asarray(cache["k"][:, :, :, T:]).any()  # nothing written past the last position
+
+
 def test_slots_advance_independently():
     """Rows of one cache at different positions each match their own full forward (sampler slots)."""
     cfg = tiny_config("qwen3")

@@ -239,13 +239,11 @@ class JaxEngine:
     ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
         """One token for every slot: tokens/positions [S], each row at its own position.
 
-        Attention cost grows with the cache length it reads, so the step runs on the first `span` cache
-        positions only (a bucket just above the furthest busy slot), not the whole `max_len`.
+        Attention cost grows with the cache length it reads, so the step attends over the first `span` cache
+        positions only (a bucket just above the furthest busy slot), not the whole `max_len`; the donated
+        cache is updated in place.
         """
-        view = {n: jax.lax.slice_in_dim(cache[n], 0, span, axis=CACHE_AXES.index("cache_length")) for n in ("k", "v")}
-        logits, view = forward(self.cfg, params, tokens[:, None], positions[:, None], cache=view)
-        cache = {n: jax.lax.dynamic_update_slice_in_dim(cache[n], view[n], 0, axis=CACHE_AXES.index("cache_length"))
-                 for n in ("k", "v")}
+        logits, cache = forward(self.cfg, params, tokens[:, None], positions[:, None], cache=cache, attend_len=span)
         tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
         return cache, tok, lp
 

@@ -168,8 +168,11 @@ def _layer(
     mask: jax.Array,
     inv_freq: np.ndarray,
     cache: KVCache | None,
+    layer: jax.Array | int = 0,
+    attend_len: int | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
-    """One pre-norm block: x + attn(norm(x)), then + SwiGLU(norm(x)). p holds this layer's slices."""
+    """One pre-norm block: x + attn(norm(x)), then + SwiGLU(norm(x)). p holds this layer's slices; `cache`
+    is the whole [layers, ...] cache, of which this block writes and reads index `layer`."""
     dt = x.dtype
     h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
     q = jnp.einsum("btd,dhk->bthk", h, p["wq"].astype(dt))
@@ -182,15 +185,16 @@ def _layer(
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
     q = constrain(apply_rope(q, positions, inv_freq), ("activation_batch", "activation_length", "activation_heads", None))
     k = apply_rope(k, positions, inv_freq)
-    if cache is not None:  # write this step's k/v at their positions, attend over the whole cache
+    if cache is not None:  # write this step's k/v at their positions, attend over the first attend_len entries
         rows = jnp.arange(x.shape[0])[:, None, None]
         heads = jnp.arange(cfg.num_kv_heads)[None, :, None]
         at = positions[:, None, :]
         cache = {
-            "k": cache["k"].at[rows, heads, at].set(k.transpose(0, 2, 1, 3).astype(cache["k"].dtype)),
-            "v": cache["v"].at[rows, heads, at].set(v.transpose(0, 2, 1, 3).astype(cache["v"].dtype)),
+            "k": cache["k"].at[layer, rows, heads, at].set(k.transpose(0, 2, 1, 3).astype(cache["k"].dtype)),
+            "v": cache["v"].at[layer, rows, heads, at].set(v.transpose(0, 2, 1, 3).astype(cache["v"].dtype)),
         }
-        k, v = cache["k"].astype(dt), cache["v"].astype(dt)
+        span = attend_len or cache["k"].shape[3]
+        k, v = (jax.lax.dynamic_index_in_dim(cache[n], layer, 0, keepdims=False)[:, :, :span].astype(dt) for n in "kv")
     attn = _attention(q, k, v, mask, cfg.num_kv_heads, heads_first=cache is not None)
     out = jnp.einsum("bthk,hkd->btd", attn, p["wo"].astype(dt))
     if cfg.o_bias:
@@ -225,30 +229,34 @@ def hidden_states(
     positions: jax.Array,
     segment_ids: jax.Array | None = None,
     cache: KVCache | None = None,
+    attend_len: int | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
-    """Final normed hidden states [B, T, D] (and the updated cache)."""
+    """Final normed hidden states [B, T, D] (and the updated cache).
+
+    The cache rides through the layer loop as part of the carry, each layer writing only its new entries, so
+    XLA updates it in place: as scanned-over inputs and stacked outputs, every decode step copied the whole
+    cache. `attend_len` (static) limits attention to the first cache entries, enough for the furthest row.
+    """
     dt = jnp.dtype(cfg.dtype)
     x = jnp.take(params["embed"], tokens, axis=0).astype(dt)
     x = constrain(x, ("activation_batch", "activation_length", "activation_embed"))
-    mask = attention_mask(positions, segment_ids, None if cache is None else cache["k"].shape[3])
+    if cache is not None and attend_len is None:
+        attend_len = cache["k"].shape[3]
+    mask = attention_mask(positions, segment_ids, attend_len)
     inv_freq = inverse_frequencies(cfg)
 
-    def body(carry: jax.Array, layer: tuple[Params, KVCache | None]) -> tuple[jax.Array, KVCache | None]:
-        p, c = layer
-        return _layer(cfg, p, carry, positions, mask, inv_freq, c)
+    def body(carry: tuple[jax.Array, KVCache | None], layer: tuple[Params, jax.Array]) -> tuple[Any, None]:
+        (h, c), (p, i) = carry, layer
+        return _layer(cfg, p, h, positions, mask, inv_freq, c, i, attend_len), None
 
     if cfg.remat:
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]
-    layers = (params["layers"], cache)
     if cfg.scan_layers:
-        x, new_cache = jax.lax.scan(body, x, layers)
+        (x, cache), _ = jax.lax.scan(body, (x, cache), (params["layers"], jnp.arange(cfg.num_layers)))
     else:
-        outs = []
         for i in range(cfg.num_layers):
-            x, c = body(x, jax.tree.map(lambda a: a[i], layers))
-            outs.append(c)
-        new_cache = None if cache is None else jax.tree.map(lambda *a: jnp.stack(a), *outs)
-    return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), new_cache
+            (x, cache), _ = body((x, cache), (jax.tree.map(lambda a: a[i], params["layers"]), i))
+    return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), cache
 
 
 def lm_head(cfg: ModelConfig, params: Params) -> jax.Array:
@@ -263,9 +271,10 @@ def forward(
     positions: jax.Array,
     segment_ids: jax.Array | None = None,
     cache: KVCache | None = None,
+    attend_len: int | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
     """Logits float32[B, T, V] for tokens int32[B, T] at positions int32[B, T]; see the module doc."""
-    h, new_cache = hidden_states(cfg, params, tokens, positions, segment_ids, cache)
+    h, new_cache = hidden_states(cfg, params, tokens, positions, segment_ids, cache, attend_len)
     logits = jnp.einsum("btd,dv->btv", h, lm_head(cfg, params).astype(h.dtype), preferred_element_type=jnp.float32)
     return constrain(logits, ("activation_batch", "activation_length", "activation_vocab")), new_cache
 
