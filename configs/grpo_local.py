@@ -102,7 +102,8 @@ def get_config():
     # kl_ref 1.3 in its first iteration (grad norm 8.7) and ended at 40.8% (paired -8.8 [-13.9, -3.6],
     # p = 0.0015; click-tab 92% -> 65%); with a 40-step linear warmup kl_ref stayed below 0.01 for five
     # iterations and RL ended at 47.5% (paired -2.1 [-6.2, +2.0], p = 0.42; click-tab 92% -> 95%). The committed
-    # config end to end (23.7 min; BC reproduced to the episode, 49.6%): RL 49.6%, paired +0.0 [-4.6, +4.6], p = 1.
+    # config end to end (23.7 min; BC reproduced to the episode, 49.6%): RL 49.6%, paired +0.0 [-4.6, +4.6], p = 1;
+    # again with the faster JaxEngine (20.8 min; BC weights bit-identical): RL 46.2%, -3.3 [-8.3, +1.7], p = 0.26.
     # From that BC, groups of 8 (4 per iteration, same 32 episodes) made RL worse: 40.8%, paired -8.8
     # [-14.4, -3.1], p = 0.0038 (click-tab 92% -> 70%, click-checkboxes 20% -> 5%).
     c.optim.schedule = "warmup_constant"
