@@ -168,8 +168,8 @@ def _layer(
     mask: jax.Array,
     inv_freq: np.ndarray,
     cache: KVCache | None,
-    layer: jax.Array | int = 0,
-    attend_len: int | None = None,
+    layer: jax.Array | int,
+    attend_len: int | None,
 ) -> tuple[jax.Array, KVCache | None]:
     """One pre-norm block: x + attn(norm(x)), then + SwiGLU(norm(x)). p holds this layer's slices; `cache`
     is the whole [layers, ...] cache, of which this block writes and reads index `layer`."""
@@ -193,8 +193,8 @@ def _layer(
             "k": cache["k"].at[layer, rows, heads, at].set(k.transpose(0, 2, 1, 3).astype(cache["k"].dtype)),
             "v": cache["v"].at[layer, rows, heads, at].set(v.transpose(0, 2, 1, 3).astype(cache["v"].dtype)),
         }
-        span = attend_len or cache["k"].shape[3]
-        k, v = (jax.lax.dynamic_index_in_dim(cache[n], layer, 0, keepdims=False)[:, :, :span].astype(dt) for n in "kv")
+        k, v = (jax.lax.dynamic_index_in_dim(cache[n], layer, 0, keepdims=False)[:, :, :attend_len].astype(dt)
+                for n in "kv")
     attn = _attention(q, k, v, mask, cfg.num_kv_heads, heads_first=cache is not None)
     out = jnp.einsum("bthk,hkd->btd", attn, p["wo"].astype(dt))
     if cfg.o_bias:
