@@ -116,3 +116,19 @@ def test_quick_variant_keeps_fields_set_on_the_command_line():
     assert q.workdir == "/tmp/x" and q.bc.steps == 7  # the command line wins
     assert q.bc.demo_seeds == c.quick_overrides.bc.demo_seeds and q.rl.iterations == 1  # the rest is quick
     assert apply_quick(c).workdir == c.quick_overrides.workdir  # without explicit fields, quick's own
+
+
+def test_demonstrated_tasks_default_to_those_with_a_solver_and_bad_names_are_refused():
+    from jaxwebrl.recipes.run import demo_task_ids
+
+    c = _load("grpo_local")
+    run_tasks = ["miniwob.click-button", "miniwob.focus-text-2", "miniwob.focus-text"]
+    assert demo_task_ids(c, run_tasks) == ["miniwob.click-button", "miniwob.focus-text"]  # focus-text-2: no solver
+    c.bc.tasks = "focus-text"
+    assert demo_task_ids(c, run_tasks) == ["miniwob.focus-text"]
+    c.bc.tasks = "focus-text-2"
+    with pytest.raises(ValueError, match=r"'miniwob.focus-text-2', which has no scripted solver .* drop it from bc.tasks"):
+        demo_task_ids(c, run_tasks)
+    c.bc.tasks = "click-link"
+    with pytest.raises(ValueError, match=r"'miniwob.click-link', which is not among the run's tasks \(env.tasks\)"):
+        demo_task_ids(c, run_tasks)

@@ -58,3 +58,26 @@ def test_write_report_has_tables_plots_and_paired_section(tmp_path: Path) -> Non
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved["RL"]["outcomes"]["y@3"] is True and saved["random"]["episodes"] == 8
     assert paired_table({"only": reports["RL"]}) == ""
+
+
+def test_paired_table_splits_tasks_with_and_without_demonstrations() -> None:
+    """Subset rows pair only their own tasks' episodes: here RL gains on the task BC had no demonstrations of
+    (2 of 4 gained, 0 lost: +50% +- 1.96 * sqrt(1/2 - 1/4) / 2, exact McNemar p = 2 * 1/4) and loses one of 4
+    on the other (-25% +- 1.96 * sqrt((1/4 - 1/16) / 4)); over both, 2 gained and 1 lost of 8."""
+    bc = _report({"shown": [1, 1, 0, 0], "new": [0, 0, 0, 1]})
+    rl = _report({"shown": [1, 0, 0, 0], "new": [1, 1, 0, 1]})
+    rows = paired_table({"BC": bc, "RL": rl}, {"with demos": {"shown"}, "without demos": {"new"}}).splitlines()[2:]
+    assert rows == ["| RL - BC | +12.5% [-29.0%, +54.0%] n=8 | 2 / 1 | 1 |",
+                    "| RL - BC, with demos | -25.0% [-67.4%, +17.4%] n=4 | 0 / 1 | 1 |",
+                    "| RL - BC, without demos | +50.0% [+1.0%, +99.0%] n=4 | 2 / 0 | 0.5 |"]
+
+
+def test_demo_subsets_read_the_demonstrated_tasks_from_the_demo_file(tmp_path: Path) -> None:
+    from jaxwebrl.recipes.run import demo_subsets
+
+    demos = tmp_path / "bc_demos.jsonl"
+    demos.write_text("".join(json.dumps({"task_id": t, "turns": []}) + "\n" for t in ("a", "a", "b")))
+    reports = {"BC": _report({"a": [1], "b": [0], "c": [0]})}
+    assert demo_subsets(demos, reports) == {"tasks with demonstrations": {"a", "b"},
+                                            "tasks without demonstrations": {"c"}}
+    assert demo_subsets(demos, {"BC": _report({"a": [1]})}) is None  # every evaluated task was demonstrated

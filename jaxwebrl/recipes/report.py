@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import matplotlib
 
@@ -35,16 +36,28 @@ def success_table(reports: Mapping[str, EvalReport]) -> str:
     return "\n".join(lines)
 
 
-def paired_table(reports: Mapping[str, EvalReport]) -> str:
-    """Each later policy against each earlier one on the same held-out episodes (e.g. BC - random, RL - BC)."""
+def restricted(report: EvalReport, tasks: Collection[str]) -> EvalReport:
+    """`report` on `tasks` only (per-task counts and paired outcomes; terminations stay the whole run's)."""
+    return dataclasses.replace(report, per_task={t: v for t, v in report.per_task.items() if t in tasks},
+                               outcomes={k: v for k, v in report.outcomes.items() if k.rsplit("@", 1)[0] in tasks})
+
+
+def paired_table(reports: Mapping[str, EvalReport], subsets: Mapping[str, Collection[str]] | None = None) -> str:
+    """Each later policy against each earlier one on the same held-out episodes (e.g. BC - random, RL - BC),
+    over all tasks and then over each named subset of tasks (e.g. those with and without demonstrations)."""
     names = [n for n, r in reports.items() if r.outcomes]
     lines = ["| comparison | difference (95% CI) | solved only by the second / only by the first | McNemar p |",
              "|---|---|---|---|"]
-    for j, b in enumerate(names):
-        for a in names[:j]:
-            d = paired_difference(reports[a], reports[b])
-            lines.append(f"| {b} - {a} | {d.diff:+.1%} [{d.ci_low:+.1%}, {d.ci_high:+.1%}] n={d.n} | "
-                         f"{d.b_only} / {d.a_only} | {d.p_value:.2g} |")
+    for label, tasks in {"": None, **(subsets or {})}.items():
+        for j, b in enumerate(names):
+            for a in names[:j]:
+                ra, rb = (reports[a], reports[b]) if tasks is None else (restricted(reports[a], tasks),
+                                                                         restricted(reports[b], tasks))
+                if not set(ra.outcomes) & set(rb.outcomes):
+                    continue
+                d = paired_difference(ra, rb)
+                lines.append(f"| {b} - {a}{f', {label}' if label else ''} | {d.diff:+.1%} [{d.ci_low:+.1%}, "
+                             f"{d.ci_high:+.1%}] n={d.n} | {d.b_only} / {d.a_only} | {d.p_value:.2g} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
@@ -95,13 +108,14 @@ def write_report(
     history: Sequence[Mapping[str, Any]] = (),
     sections: Mapping[str, str] | None = None,
     title: str = "jaxwebrl run report",
+    subsets: Mapping[str, Collection[str]] | None = None,
 ) -> Path:
     """report.md (+ PNG plots, + eval.json) in `out_dir`; `sections` are extra markdown blocks by heading."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plots = plot_history(history, out) + [plot_per_task(reports, out)]
     md = [f"# {title}", "", "## Greedy success on held-out task instances", "", success_table(reports), ""]
-    paired = paired_table(reports)
+    paired = paired_table(reports, subsets)
     if paired:
         md += ["## Paired differences (the same held-out episodes for every policy)", "", paired, ""]
     for path in plots:

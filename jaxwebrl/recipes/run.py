@@ -49,6 +49,24 @@ def _log(msg: str) -> None:
 # ---- stage 1: behaviour cloning --------------------------------------------------------------------
 
 
+def demo_task_ids(cfg: ml_collections.ConfigDict, train_ids: list[str]) -> list[str]:
+    """The training tasks the scripted solvers demonstrate: `bc.tasks`, or every one that has a solver. The
+    others have no demonstrations: BC meets them first at evaluation and RL learns them from reward alone."""
+    from envs.miniwob_solvers import SOLVABLE
+
+    named = [t if "." in t else f"miniwob.{t}" for t in cfg.bc.tasks.split(",") if t.strip()]
+    if not named:
+        return [t for t in train_ids if t.split(".", 1)[-1] in SOLVABLE]
+    for t in named:
+        if t not in train_ids:
+            raise ValueError(f"bc.tasks names {t!r}, which is not among the run's tasks (env.tasks): add it there "
+                             f"or drop it from bc.tasks")
+        if t.split(".", 1)[-1] not in SOLVABLE:
+            raise ValueError(f"bc.tasks names {t!r}, which has no scripted solver (envs/miniwob_solvers.py has "
+                             f"{', '.join(SOLVABLE)}): drop it from bc.tasks and RL learns it from reward alone")
+    return named
+
+
 async def _collect_demos(cfg: ml_collections.ConfigDict) -> list[Any]:
     from envs.miniwob_solvers import plan
     from jaxwebrl.browser.config import PoolConfig
@@ -59,6 +77,11 @@ async def _collect_demos(cfg: ml_collections.ConfigDict) -> list[Any]:
     suite = make_suite(cfg)
     try:
         train_tasks, _, _, _ = split_tasks(suite, cfg)
+        wanted = demo_task_ids(cfg, [t.task_id for t in train_tasks])
+        if not wanted:
+            raise ValueError(f"none of the run's tasks ({cfg.env.tasks or 'the train split'}) has a scripted solver, "
+                             "so there is nothing to behaviour-clone: add solvable tasks or set bc.enabled=False")
+        train_tasks = [t for t in train_tasks if t.task_id in wanted]
         seeds = suite.seeds("train", int(cfg.bc.demo_seeds))
         env_cfg = env_config_from(cfg)
         pool_cfg = PoolConfig(num_browsers=int(cfg.env.num_browsers), contexts_per_browser=int(cfg.env.contexts_per_browser))
@@ -257,6 +280,16 @@ class StageClock:
         return self.seconds[stage]
 
 
+def demo_subsets(demo_file: Path, reports: dict[str, Any]) -> dict[str, set[str]] | None:
+    """The evaluated tasks split by whether BC had demonstrations of them (None when every task had)."""
+    with demo_file.open() as f:
+        demonstrated = {json.loads(line)["task_id"] for line in f if line.strip()}
+    evaluated = {t for r in reports.values() for t in r.per_task}
+    if evaluated <= demonstrated:
+        return None
+    return {"tasks with demonstrations": evaluated & demonstrated, "tasks without demonstrations": evaluated - demonstrated}
+
+
 def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
     """Stages 1-3 per the config; returns a summary dict (also written to <workdir>/summary.json)."""
     work = Path(cfg.workdir)
@@ -289,11 +322,16 @@ def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
             "Exported policy": transformers_check(final),
             "Logs": f"TensorBoard: `tensorboard --logdir {work}` (bc/logs, rl/logs).",
         }
-        path = write_report(work, reports, history, sections)
+        subsets = demo_subsets(work / "bc_demos.jsonl", reports) if start else None
+        if subsets:
+            sections["Policies"] += (" Tasks without demonstrations: "
+                                     f"{', '.join(sorted(subsets['tasks without demonstrations']))}; BC meets them "
+                                     "first here and RL learns them from reward alone.")
+        path = write_report(work, reports, history, sections, subsets=subsets)
         _log(f"report: {path}")
         from jaxwebrl.recipes.report import paired_table, success_table
 
         print(success_table(reports))
-        print(paired_table(reports))
+        print(paired_table(reports, subsets))
     (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

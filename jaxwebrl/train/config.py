@@ -176,6 +176,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.bc = ml_collections.ConfigDict()
     c.bc.enabled = False
     c.bc.demo_seeds = 40  # training instances per task played by the scripted solver
+    # Tasks to demonstrate ('' = every run task with a scripted solver); RL learns the others from reward alone.
+    c.bc.tasks = ""
     c.bc.vocab_size = 1024  # tokenizer trained on the demonstrations
     c.bc.steps = 200
     c.bc.lr = 1e-3
