@@ -41,7 +41,8 @@ def _pairs(spec: str, cast: Callable[[str], Any] = float) -> dict[str, Any]:
     return out
 
 
-def _names(spec: str) -> list[str]:
+def comma_list(spec: str) -> list[str]:
+    """A config task list ("a, b,c") as names, spaces and empty entries dropped."""
     return [s.strip() for s in spec.split(",") if s.strip()]
 
 
@@ -73,14 +74,14 @@ def rollout_config_from(cfg: Any) -> RolloutConfig:
 def make_suite(cfg: Any) -> Any:
     from envs import get_suite
 
-    kwargs = {"tasks": _names(cfg.env.tasks)} if cfg.env.tasks else {}
+    kwargs = {"tasks": comma_list(cfg.env.tasks)} if cfg.env.tasks else {}
     return get_suite(cfg.env.suite, **kwargs).start()
 
 
 def split_tasks(suite: Any, cfg: Any) -> tuple[list[Any], list[int], list[Any], list[int]]:
     """(train tasks, train seeds, eval tasks, eval seeds): held-out seeds always; held-out tasks if named."""
     train_ids = suite.task_ids("all") if cfg.env.tasks else suite.task_ids("train")
-    eval_ids = _names(cfg.env.eval_tasks) or train_ids
+    eval_ids = comma_list(cfg.env.eval_tasks) or train_ids
     train = [suite.get_task(t) for t in train_ids]
     held_out = [suite.get_task(t if "." in t else f"{suite.name}.{t}") for t in eval_ids]
     return (train, suite.seeds("train", int(cfg.env.train_seeds)), held_out,

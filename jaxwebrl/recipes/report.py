@@ -49,13 +49,12 @@ def paired_table(reports: Mapping[str, EvalReport], subsets: Mapping[str, Collec
     lines = ["| comparison | difference (95% CI) | solved only by the second / only by the first | McNemar p |",
              "|---|---|---|---|"]
     for label, tasks in {"": None, **(subsets or {})}.items():
+        on = reports if tasks is None else {n: restricted(reports[n], tasks) for n in names}
         for j, b in enumerate(names):
             for a in names[:j]:
-                ra, rb = (reports[a], reports[b]) if tasks is None else (restricted(reports[a], tasks),
-                                                                         restricted(reports[b], tasks))
-                if not set(ra.outcomes) & set(rb.outcomes):
+                if not set(on[a].outcomes) & set(on[b].outcomes):
                     continue
-                d = paired_difference(ra, rb)
+                d = paired_difference(on[a], on[b])
                 lines.append(f"| {b} - {a}{f', {label}' if label else ''} | {d.diff:+.1%} [{d.ci_low:+.1%}, "
                              f"{d.ci_high:+.1%}] n={d.n} | {d.b_only} / {d.a_only} | {d.p_value:.2g} |")
     return "\n".join(lines) if len(lines) > 2 else ""

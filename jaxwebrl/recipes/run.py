@@ -53,8 +53,9 @@ def demo_task_ids(cfg: ml_collections.ConfigDict, train_ids: list[str]) -> list[
     """The training tasks the scripted solvers demonstrate: `bc.tasks`, or every one that has a solver. The
     others have no demonstrations: BC meets them first at evaluation and RL learns them from reward alone."""
     from envs.miniwob_solvers import SOLVABLE
+    from jaxwebrl.recipes.online import comma_list
 
-    named = [t if "." in t else f"miniwob.{t}" for t in cfg.bc.tasks.split(",") if t.strip()]
+    named = [t if "." in t else f"miniwob.{t}" for t in comma_list(cfg.bc.tasks)]
     if not named:
         return [t for t in train_ids if t.split(".", 1)[-1] in SOLVABLE]
     for t in named:
