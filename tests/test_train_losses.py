@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxwebrl.data.records import Trajectory, Turn
-from jaxwebrl.data.samples import build_samples
+from jaxwebrl.data.samples import build_samples, with_context_loss
 from jaxwebrl.train.losses import LossConfig, grpo_loss, kl_penalty, sft_loss
 
 
@@ -116,6 +116,23 @@ def test_modes_differ_on_same_data():
     vals = {m: _loss(build_samples(_group(), per="trajectory", norm=m))
             for m in ("webagent_r1", "per_turn", "token_mean", "seq_mean_token_mean", "traj_sum")}
     assert len(set(round(v, 6) for v in vals.values())) == 5
+
+
+@pytest.mark.parametrize("norm,expected", [
+    # token_mean: responses 1+2 (turn 0) + 3 (turn 1) + 4+5 (b) = 15 over 5 response tokens; contexts
+    # (5 6 -> 6; 5 6 7 8 9 -> 6 7 8 9; 5 6 -> 6) add w * (NLL 0 except 7 and 8: 1 + 2) once each
+    ("token_mean", (15 + 0.5 * 3) / 5),
+    # seq_mean_token_mean: a context token weighs as much as its sample's response tokens
+    ("seq_mean_token_mean", (1.5 + (3 + 0.5 * 3) + 4.5) / 3),
+])
+def test_context_loss_trains_prompt_tokens_at_a_relative_weight(norm, expected):
+    samples = [with_context_loss(s, 0.5) for s in build_samples(_group(), per="turn", norm=norm)]
+    assert _loss(samples) == pytest.approx(expected, rel=1e-6)
+    assert samples[1].loss_mask.tolist() == [0, 1, 1, 1, 1, 1]  # all but the first token
+    assert samples[1].advantages.tolist() == [0.0, 0.5, 0.5, 0.5, 0.5, 1.0]
+    assert with_context_loss(samples[0], 0.0) is samples[0]
+    with pytest.raises(ValueError, match="negative"):
+        with_context_loss(samples[0], -1.0)
 
 
 def test_trajectory_sample_layout():

@@ -24,7 +24,7 @@ from grain import experimental as grain_exp
 from jax.sharding import Mesh
 
 from jaxwebrl.data.records import read_trajectories
-from jaxwebrl.data.samples import FEATURES, Sample, build_samples
+from jaxwebrl.data.samples import FEATURES, Sample, build_samples, with_context_loss
 
 Batch = dict[str, np.ndarray]
 BATCH_FIELDS = tuple(FEATURES) + ("segment_ids", "positions")
@@ -53,11 +53,12 @@ def samples_dataset(samples: Sequence[Sample]) -> grain.MapDataset:
     return grain.MapDataset.source(list(samples))
 
 
-def trajectory_files_dataset(paths: Sequence[str], per: str, norm: str) -> grain.MapDataset:
+def trajectory_files_dataset(paths: Sequence[str], per: str, norm: str, context_weight: float = 0.0) -> grain.MapDataset:
     """JSONL / ArrayRecord trajectory files -> samples, built up front (SFT sets; G = 1 per trajectory
-    unless the records share group ids)."""
+    unless the records share group ids). `context_weight` > 0 also trains the prompt tokens
+    (`samples.with_context_loss`)."""
     trajs = [t for p in paths for t in read_trajectories(p)]
-    return samples_dataset(build_samples(trajs, per=per, norm=norm))
+    return samples_dataset([with_context_loss(s, context_weight) for s in build_samples(trajs, per=per, norm=norm)])
 
 
 def write_samples_array_record(path: str | os.PathLike[str], samples: Sequence[Sample]) -> int:

@@ -251,5 +251,26 @@ def build_samples(
     return out
 
 
+def with_context_loss(sample: Sample, weight: float) -> Sample:
+    """`sample` with next-token prediction also trained on its context (prompt) tokens, each weighted `weight`
+    relative to a response token; the denominator stays the response's, so `weight` is a ratio.
+
+    For behaviour cloning a model from scratch: a response has a handful of tokens against hundreds of page
+    tokens, and modelling the page too gives the attention that must find the goal's element in it a dense
+    signal. A weighted-NLL objective only (`advantages` are the per-token weights), not a policy gradient."""
+    if weight < 0:
+        raise ValueError(f"context loss weight {weight} is negative; use 0 (responses only) or a positive ratio")
+    trained = sample.loss_mask == 1
+    if not weight or not trained.any():
+        return sample
+    context = ~trained
+    context[0] = False  # the first token has no prediction
+    per_token = float(sample.norm_weight[trained].mean())  # the response tokens' normalisation weight
+    return dataclasses.replace(
+        sample, loss_mask=(trained | context).astype(np.int32),
+        advantages=np.where(context, weight, sample.advantages).astype(np.float32),
+        norm_weight=np.where(context, per_token, sample.norm_weight).astype(np.float32))
+
+
 def total_denominator(samples: Iterable[Sample]) -> float:
     return float(sum(s.norm_denom.sum() for s in samples))

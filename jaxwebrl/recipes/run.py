@@ -127,7 +127,7 @@ def behaviour_cloning(cfg: ml_collections.ConfigDict) -> str:
         _log(f"{len(trajs)} demonstrations in {time.time() - t0:.0f}s; tokens per demo: median "
              f"{int(np.median(lengths))}, max {max(lengths)}")
     seq_len = int(cfg.bc.seq_len) or int(cfg.train.seq_len)
-    source = trajectory_files_dataset([str(demo_file)], cfg.data.per, "token_mean")
+    source = trajectory_files_dataset([str(demo_file)], cfg.data.per, "token_mean", float(cfg.bc.context_loss_weight))
     longest = max(len(s) for s in source)
     if longest > seq_len:  # packing would cut the response off the end of the longest samples
         raise ValueError(f"bc.seq_len={seq_len} is shorter than the longest demonstration sample ({longest} tokens): "

@@ -182,6 +182,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.bc.steps = 200
     c.bc.lr = 1e-3
     c.bc.micro_batch = 8
+    # Also train next-token prediction on the page/prompt tokens, each weighted this much relative to an action
+    # token (0 = actions only): a denser signal for a model learning to read pages from scratch.
+    c.bc.context_loss_weight = 0.0
     c.bc.seq_len = 0  # packed row length for the demonstrations (0 = train.seq_len); attention costs ~T^2 per row
 
     c.report = ml_collections.ConfigDict()
