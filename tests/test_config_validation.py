@@ -101,6 +101,14 @@ def test_bad_choices(tmp_path):
     c.train.logits_chunk = 100
     with pytest.raises(ConfigError, match=r"config\.train\.logits_chunk: 100 does not divide"):
         validate_config(c, 1)
+    c = _tiny(tmp_path)
+    c.rl.demo_replay = -2
+    with pytest.raises(ConfigError, match=r"config\.rl\.demo_replay: -2 must be >= 0"):
+        validate_config(c, 1)
+    c = _tiny(tmp_path)
+    c.bc.context_loss_weight = -0.1
+    with pytest.raises(ConfigError, match=r"config\.bc\.context_loss_weight: -0\.1 must be >= 0; use 0"):
+        validate_config(c, 1)
 
 
 def test_quick_variant_keeps_fields_set_on_the_command_line():

@@ -24,6 +24,8 @@ import numpy as np
 from jaxwebrl.agent.episode import AgentConfig
 from jaxwebrl.browser.config import EnvConfig, ObsConfig, PoolConfig
 from jaxwebrl.browser.pool import BrowserPool
+from jaxwebrl.data.records import Trajectory, read_trajectories
+from jaxwebrl.data.samples import Sample, build_samples
 from jaxwebrl.engines.factory import make_engine
 from jaxwebrl.models import load_tokenizer
 from jaxwebrl.recipes.evaluate import EvalReport, evaluate
@@ -117,6 +119,31 @@ class IterationLog:
     eval: dict[str, Any] | None = None
 
 
+def _demonstrations(cfg: Any) -> list[Trajectory]:
+    """The trajectories `rl.demo_replay` draws from (none when it is 0)."""
+    if int(cfg.rl.demo_replay) <= 0:
+        return []
+    path = str(cfg.rl.demo_file)
+    if not path or not os.path.isfile(path):
+        raise ValueError(f"rl.demo_replay={cfg.rl.demo_replay} but rl.demo_file={path!r} is not a file: set "
+                         "bc.enabled=True (RL then replays BC's demonstrations) or point rl.demo_file at a "
+                         "trajectory .jsonl, or set rl.demo_replay=0")
+    demos = read_trajectories(path)
+    if not demos:
+        raise ValueError(f"rl.demo_file={path!r} holds no trajectory; point it at demonstrations or set rl.demo_replay=0")
+    return demos
+
+
+def demo_samples(demos: list[Trajectory], cfg: Any, iteration: int) -> list[Sample]:
+    """`rl.demo_replay` demonstrations drawn without replacement (seeded by iteration, so a resumed run draws
+    the same), each a group of one with advantage `rl.demo_advantage`."""
+    rng = np.random.default_rng((int(cfg.seed), iteration))
+    picks = rng.choice(len(demos), size=min(int(cfg.rl.demo_replay), len(demos)), replace=False)
+    trajs = [dataclasses.replace(demos[i], advantage=float(cfg.rl.demo_advantage), group_id=f"demo/{i}")
+             for i in sorted(picks)]
+    return build_samples(trajs, per=cfg.data.per, norm=cfg.data.norm)
+
+
 class OnlineRL:
     """One online RL run: `async with OnlineRL(cfg, trainer) as rl: await rl.iteration(i)` (see recipes/run.py)."""
 
@@ -132,6 +159,7 @@ class OnlineRL:
             ReplayBuffer(int(cfg.rollout.replay_iterations), float(cfg.rollout.replay_power), seed=int(cfg.seed))
             if int(cfg.rollout.replay_iterations) > 0 else None
         )
+        self.demos = _demonstrations(cfg)
         self.history: list[IterationLog] = []
         self._stack = contextlib.AsyncExitStack()
 
@@ -188,6 +216,8 @@ class OnlineRL:
         if self.replay is not None:
             self.replay.add_iteration(samples)
             samples = self.replay.draw(max(len(samples), int(cfg.rollout.replay_samples)))
+        if self.demos and samples:
+            samples += demo_samples(self.demos, cfg, it)
         metrics = episode_metrics(groups)
         metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/episodes_tried": float(stats.episodes),
                         "rollout/success_rate_all": stats.successes / max(1, stats.episodes),
@@ -203,6 +233,7 @@ class OnlineRL:
         metrics["time/train_s"] = time.perf_counter() - t1
         metrics["policy_version"] = float(self.version)
         metrics["train/samples_used"] = float(len(samples))
+        metrics["train/demo_groups"] = float(min(len(self.demos), int(cfg.rl.demo_replay))) if samples else 0.0
         log = IterationLog(it, metrics)
         every = int(cfg.rl.eval_every)
         if every and (it + 1) % every == 0:

@@ -192,6 +192,9 @@ def reinforcement_learning(cfg: ml_collections.ConfigDict, start_dir: str | None
     changes: dict[str, Any] = {"checkpoint.dir": str(rl_dir / "checkpoints"), "log.dir": str(rl_dir / "logs")}
     if start_dir:
         changes.update({"model.source": "hf", "model.path": start_dir})
+    demo_file = Path(cfg.workdir) / "bc_demos.jsonl"
+    if int(cfg.rl.demo_replay) > 0 and not cfg.rl.demo_file and bool(cfg.bc.enabled) and demo_file.exists():
+        changes["rl.demo_file"] = str(demo_file)
     rl_cfg = _stage_config(cfg, **changes)
     ck = rl_cfg.checkpoint.dir
     rl_cfg.checkpoint.resume = os.path.isdir(ck) and any(n.isdigit() for n in os.listdir(ck))

@@ -171,6 +171,11 @@ def default_config() -> ml_collections.ConfigDict:
     c.rl = ml_collections.ConfigDict()
     c.rl.iterations = 10
     c.rl.eval_every = 0  # greedy evaluation on held-out seeds every N iterations (0 = off)
+    # Demonstrations mixed into every iteration's batch, each its own group with a fixed advantage: at ratio ~1
+    # that is an SFT term on demonstrated tasks beside the policy gradient (0 = off).
+    c.rl.demo_replay = 0
+    c.rl.demo_advantage = 1.0
+    c.rl.demo_file = ""  # trajectories to replay ('' = the run's BC demonstrations, when bc.enabled)
 
     # ---- behaviour cloning from scripted demonstrations before RL (the local main job) ---------------
     c.bc = ml_collections.ConfigDict()
@@ -314,6 +319,11 @@ def validate_config(cfg: ml_collections.ConfigDict, num_devices: int, check_path
             raise _fail(field, f"{cfg[section][key]} must be >= 1", "set a positive integer")
     if cfg.loss.dual_clip and cfg.loss.dual_clip <= 1:
         raise _fail("loss.dual_clip", f"{cfg.loss.dual_clip} must be > 1", "use e.g. 3.0, or 0 to disable")
+    if cfg.rl.demo_replay < 0:
+        raise _fail("rl.demo_replay", f"{cfg.rl.demo_replay} must be >= 0", "set how many demonstrations each RL batch replays, or 0")
+    if cfg.bc.context_loss_weight < 0:
+        raise _fail("bc.context_loss_weight", f"{cfg.bc.context_loss_weight} must be >= 0",
+                    "use 0 (actions only) or a positive weight for the page tokens, e.g. 0.1")
     if cfg.optim.lr <= 0:
         raise _fail("optim.lr", f"{cfg.optim.lr} must be > 0", "set a positive learning rate")
     if cfg.train.logits_chunk and cfg.train.seq_len % cfg.train.logits_chunk:
