@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from jaxwebrl.data.records import Trajectory, Turn, write_jsonl
-from jaxwebrl.recipes.online import _demonstrations, demo_samples
+from jaxwebrl.recipes.online import demo_samples, demonstrations_to_replay
 from jaxwebrl.train.config import default_config
 from jaxwebrl.train.losses import LossConfig, grpo_loss
 
@@ -47,11 +47,11 @@ def test_each_demonstration_is_a_group_whose_loss_is_minus_its_advantage_at_rati
 
 
 def test_replay_needs_a_demonstration_file(tmp_path):
-    assert _demonstrations(_cfg(0)) == []
+    assert demonstrations_to_replay(_cfg(0)) == []
     cfg = _cfg(4)
     cfg.rl.demo_file = str(tmp_path / "missing.jsonl")
     with pytest.raises(ValueError, match="rl.demo_file=.*is not a file.*bc.enabled=True"):
-        _demonstrations(cfg)
+        demonstrations_to_replay(cfg)
     write_jsonl(tmp_path / "d.jsonl", _demos(3))
     cfg.rl.demo_file = str(tmp_path / "d.jsonl")
-    assert [t.task_id for t in _demonstrations(cfg)] == ["miniwob.t0", "miniwob.t1", "miniwob.t0"]
+    assert [t.task_id for t in demonstrations_to_replay(cfg)] == ["miniwob.t0", "miniwob.t1", "miniwob.t0"]

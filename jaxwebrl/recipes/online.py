@@ -119,7 +119,7 @@ class IterationLog:
     eval: dict[str, Any] | None = None
 
 
-def _demonstrations(cfg: Any) -> list[Trajectory]:
+def demonstrations_to_replay(cfg: Any) -> list[Trajectory]:
     """The trajectories `rl.demo_replay` draws from (none when it is 0)."""
     if int(cfg.rl.demo_replay) <= 0:
         return []
@@ -159,7 +159,7 @@ class OnlineRL:
             ReplayBuffer(int(cfg.rollout.replay_iterations), float(cfg.rollout.replay_power), seed=int(cfg.seed))
             if int(cfg.rollout.replay_iterations) > 0 else None
         )
-        self.demos = _demonstrations(cfg)
+        self.demos = demonstrations_to_replay(cfg)
         self.history: list[IterationLog] = []
         self._stack = contextlib.AsyncExitStack()
 
