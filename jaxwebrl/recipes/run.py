@@ -313,6 +313,8 @@ def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
         t_eval = clock.lap("eval")
         wall = t_bc + t_rl + t_eval
         summary["wall_s"] = wall
+        context = f", page tokens trained at weight {cfg.bc.context_loss_weight}" if cfg.bc.context_loss_weight else ""
+        replay = f", each batch replaying {cfg.rl.demo_replay} demonstrations" if cfg.rl.demo_replay else ""
         sections = {
             "Run": (f"recipe `{cfg.recipe}`, suite `{cfg.env.suite}`, tasks `{cfg.env.tasks or 'train split'}`; "
                     f"{len(history)} RL iterations x {cfg.rollout.groups_per_iteration} groups of "
@@ -320,9 +322,9 @@ def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
                     f"RL {t_rl / 60:.1f}, evaluation {t_eval / 60:.1f}; summed over resumed segments)."),
             "Policies": (f"random: the freshly initialised model (same tokenizer and size, never trained); BC: "
                          f"{cfg.bc.steps} SFT steps on the scripted solvers' demonstrations "
-                         f"({cfg.bc.demo_seeds} training seeds per task); RL: BC plus {len(history)} "
-                         f"{cfg.recipe} iterations. All play the same {cfg.report.eval_seeds} held-out test seeds "
-                         "per task with greedy decoding."),
+                         f"({cfg.bc.demo_seeds} training seeds per task{context}); RL: BC plus {len(history)} "
+                         f"{cfg.recipe} iterations{replay}. All play the same {cfg.report.eval_seeds} held-out test "
+                         "seeds per task with greedy decoding."),
             "Exported policy": transformers_check(final),
             "Logs": f"TensorBoard: `tensorboard --logdir {work}` (bc/logs, rl/logs).",
         }
