@@ -146,7 +146,10 @@ def get_config():
     # Eight demonstrations ride in every RL batch as groups of one with advantage 1 (an SFT term at ratio ~1).
     # Without them the policy gradient moved the demonstrated tasks' ungrounded element-id priors roughly
     # zero-sum: on the six demonstrated tasks alone RL - BC was -3.3 [-8.3, +1.7] (p = 0.26, 240 episodes) and
-    # -2.1 (p = 0.46) in two runs, and adding tasks without demonstrations cost them -6.7 (p = 0.13).
+    # -2.1 (p = 0.46) in two runs, and adding tasks without demonstrations cost them -6.7 (p = 0.13). This
+    # config with rl.demo_replay=0, from the same BC: RL - BC +15.8 [+9.0, +22.7] (p = 1.5e-5), but -7.5
+    # [-15.6, +0.6] on the demonstrated tasks (+0.8 with replay) and +39.2 on the others (the same with replay).
+    # Learning the new tasks came with the page-token BC (bc.context_loss_weight), holding the old with replay.
     c.rl.demo_replay = 8
     c.rl.eval_every = 0
     c.report.enabled = True
