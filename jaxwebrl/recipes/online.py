@@ -216,8 +216,8 @@ class OnlineRL:
         if self.replay is not None:
             self.replay.add_iteration(samples)
             samples = self.replay.draw(max(len(samples), int(cfg.rollout.replay_samples)))
-        if self.demos and samples:
-            samples += demo_samples(self.demos, cfg, it)
+        demos = demo_samples(self.demos, cfg, it) if self.demos and samples else []
+        samples += demos
         metrics = episode_metrics(groups)
         metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/episodes_tried": float(stats.episodes),
                         "rollout/success_rate_all": stats.successes / max(1, stats.episodes),
@@ -233,7 +233,7 @@ class OnlineRL:
         metrics["time/train_s"] = time.perf_counter() - t1
         metrics["policy_version"] = float(self.version)
         metrics["train/samples_used"] = float(len(samples))
-        metrics["train/demo_groups"] = float(min(len(self.demos), int(cfg.rl.demo_replay))) if samples else 0.0
+        metrics["train/demo_groups"] = float(len({s.group_id for s in demos}))
         log = IterationLog(it, metrics)
         every = int(cfg.rl.eval_every)
         if every and (it + 1) % every == 0:

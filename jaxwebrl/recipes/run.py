@@ -49,6 +49,9 @@ def _log(msg: str) -> None:
 # ---- stage 1: behaviour cloning --------------------------------------------------------------------
 
 
+DEMO_FILE = "bc_demos.jsonl"  # in the workdir: the solvers' demonstrations BC trains on and RL replays
+
+
 def demo_task_ids(cfg: ml_collections.ConfigDict, train_ids: list[str]) -> list[str]:
     """The training tasks the scripted solvers demonstrate: `bc.tasks`, or every one that has a solver. The
     others have no demonstrations: BC meets them first at evaluation and RL learns them from reward alone."""
@@ -105,7 +108,7 @@ def behaviour_cloning(cfg: ml_collections.ConfigDict) -> str:
     from jaxwebrl.train.trainer import Trainer
 
     work = Path(cfg.workdir)
-    init_dir, bc_dir, demo_file = work / "policy_init", work / "bc", work / "bc_demos.jsonl"
+    init_dir, bc_dir, demo_file = work / "policy_init", work / "bc", work / DEMO_FILE
     final = bc_dir / "hf"
     if (final / "config.json").exists():
         _log(f"BC policy found at {final}; skipping behaviour cloning")
@@ -192,7 +195,7 @@ def reinforcement_learning(cfg: ml_collections.ConfigDict, start_dir: str | None
     changes: dict[str, Any] = {"checkpoint.dir": str(rl_dir / "checkpoints"), "log.dir": str(rl_dir / "logs")}
     if start_dir:
         changes.update({"model.source": "hf", "model.path": start_dir})
-    demo_file = Path(cfg.workdir) / "bc_demos.jsonl"
+    demo_file = Path(cfg.workdir) / DEMO_FILE
     if int(cfg.rl.demo_replay) > 0 and not cfg.rl.demo_file and bool(cfg.bc.enabled) and demo_file.exists():
         changes["rl.demo_file"] = str(demo_file)
     rl_cfg = _stage_config(cfg, **changes)
@@ -328,7 +331,7 @@ def run_online(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
             "Exported policy": transformers_check(final),
             "Logs": f"TensorBoard: `tensorboard --logdir {work}` (bc/logs, rl/logs).",
         }
-        subsets = demo_subsets(work / "bc_demos.jsonl", reports) if start else None
+        subsets = demo_subsets(work / DEMO_FILE, reports) if start else None
         if subsets:
             sections["Policies"] += (" Tasks without demonstrations: "
                                      f"{', '.join(sorted(subsets['tasks without demonstrations']))}; BC meets them "
