@@ -2,7 +2,7 @@
 context, no 1/|tau| normalisation, asymmetric clip (0.2, 0.28), no KL, PPO epochs 2, dynamic sampling,
 Adam(0.9, 0.98), weight decay 0.1, constant lr 1e-6, 256 turn samples per step."""
 
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config
 
 
 def get_config():
@@ -14,7 +14,7 @@ def get_config():
     c.model.dtype = "bfloat16"
     c.model.remat = True
     c.data.kind = "online"
-    c.data.demo = False
+    c.data.synthetic = False
     c.data.per = "turn"
     c.data.norm = "per_turn"
     c.train.groups_per_step = 48
@@ -35,17 +35,20 @@ def get_config():
 
     # Rollouts: 13 coordinate tools as JSON tool calls, all responses + feedback kept, last K=1 page state
     # (text until a vision model exists), temperature 0.8, 48 effective groups of 5, horizon 15.
-    c.env.suite = "local_sites"
+    c.tasks.suite = "local_sites"
     c.env.action_space = "openwebrl"
     c.env.text_mode = "axtree"
     c.env.num_browsers = 10
     c.env.contexts_per_browser = 10
     c.env.step_timeout_s = 45.0
-    c.env.episode_timeout_s = 600.0
+    c.agent.episode_timeout_s = 600.0
     c.agent.strategy = "last_k_screenshots"
     c.agent.prompt_format = "openwebrl"
     c.agent.last_k = 1
     c.agent.max_steps = 15
+    # The paper's rollout-length curriculum: a 15-step stage, then 30 steps (it does not give the switch
+    # point; here halfway through the 200 iterations).
+    c.rollout.horizon_schedule = "0:15,100:30"
     c.agent.max_context_tokens = 32768
     c.agent.max_new_tokens = 2048
     c.agent.max_format_errors = 3

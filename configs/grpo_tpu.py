@@ -11,7 +11,7 @@ Dry run (any devices): XLA_FLAGS=--xla_force_host_platform_device_count=8 python
   --config configs/grpo_tpu.py --dry_run --config.train.micro_batch=8 --config.train.accum_steps=8
 """
 
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config
 
 QWEN25_3B = dict(
     architecture="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36,
@@ -33,7 +33,7 @@ def get_config():
     c.model.remat = True
     c.model.scan_layers = True
     c.data.kind = "online"  # rollouts from browsers (the local sites here; WebArena-Lite on a real setup)
-    c.data.demo = False
+    c.data.synthetic = False
     c.data.per = "trajectory"
     c.data.norm = "webagent_r1"
     c.train.steps = 1000
@@ -62,7 +62,7 @@ def get_config():
     c.hardware.peak_flops = 459e12  # TPU v5p bf16 per chip
 
     # Rollouts: simplified HTML with ids, do()/exit() actions, compressed history, G=4, 15 steps (repo).
-    c.env.suite = "local_sites"
+    c.tasks.suite = "local_sites"
     c.env.action_space = "webagent_r1"
     c.env.text_mode = "html"
     c.env.text_budget_chars = 48000

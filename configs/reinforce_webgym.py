@@ -1,7 +1,7 @@
 """WebGym filtered REINFORCE: sum_t log pi(a_t) * 1[R=1], steps whose observation did not change dropped; no
 ratio, no KL, no baseline; per-step samples, sum over tokens and mean over trajectories; max grad norm 1."""
 
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config
 
 
 def get_config():
@@ -13,7 +13,7 @@ def get_config():
     c.model.dtype = "bfloat16"
     c.model.remat = True
     c.data.kind = "online"
-    c.data.demo = False
+    c.data.synthetic = False
     c.data.per = "turn"
     c.data.norm = "traj_sum"
     c.train.groups_per_step = 64
@@ -28,10 +28,10 @@ def get_config():
 
     # Rollouts: memory prompt, horizon per difficulty (10/20/30), difficulty ratio 2:5:3, replay of the
     # last 4 iterations with recency power 1, per-operation concurrency limits, at most 2 browsers per CPU.
-    c.env.suite = "local_sites"
+    c.tasks.suite = "local_sites"
     c.env.action_space = "webarena"
     c.env.text_mode = "axtree"
-    c.env.difficulty_ratio = "easy:2,medium:5,hard:3"
+    c.tasks.difficulty_ratio = "easy:2,medium:5,hard:3"
     c.env.num_browsers = 16
     c.env.contexts_per_browser = 16
     c.agent.strategy = "memory"

@@ -2,7 +2,7 @@
 0 < #correct < 4, train on the longest correct rollout (SFT loss), 2 epochs, lr 1e-6. Playwright actions
 (webarena grammar), context = question + current page + all previous actions + all <conclusion>s."""
 
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config
 
 
 def get_config():
@@ -14,7 +14,7 @@ def get_config():
     c.model.dtype = "bfloat16"
     c.model.remat = True
     c.data.kind = "online"
-    c.data.demo = False
+    c.data.synthetic = False
     c.data.per = "turn"
     c.data.norm = "token_mean"
     c.train.seq_len = 16384
@@ -23,7 +23,7 @@ def get_config():
     c.train.logits_chunk = 1024
     c.loss.kind = "sft"
     c.optim.lr = 1e-6
-    c.env.suite = "local_sites"
+    c.tasks.suite = "local_sites"
     c.env.action_space = "webarena"
     c.env.text_mode = "axtree"
     c.env.num_browsers = 8

@@ -2,7 +2,7 @@
 correct rollout): lr 5e-6 SFT (1e-6 RFT), 2 epochs, per-step samples (question, current observation,
 previous actions and conclusions) -> (think, conclusion, action)."""
 
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config
 
 
 def get_config():
@@ -14,7 +14,7 @@ def get_config():
     c.model.dtype = "bfloat16"
     c.model.remat = True
     c.data.kind = "sft"
-    c.data.demo = False
+    c.data.synthetic = False
     c.data.train_files = "data/browseragent_sft.jsonl"
     c.data.per = "turn"
     c.data.norm = "token_mean"

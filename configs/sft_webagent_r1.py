@@ -4,7 +4,7 @@ RECIPES.md: lr 5e-5, batch 128, cosine schedule with 5% warmup. Per-turn samples
 token-mean loss. Set model.path to a local Qwen2.5-3B(-Instruct) or Llama-3.1-8B HF dir and data.train_files
 to the demonstration JSONL (Trajectory records)."""
 
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config
 
 
 def get_config():
@@ -17,7 +17,7 @@ def get_config():
     c.model.dtype = "bfloat16"
     c.model.remat = True
     c.data.kind = "sft"
-    c.data.demo = False
+    c.data.synthetic = False
     c.data.train_files = "data/webagent_r1_bc.jsonl"
     c.data.per = "turn"
     c.data.norm = "token_mean"

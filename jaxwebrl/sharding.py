@@ -8,12 +8,15 @@ model change. Multi-host: meshes are built over `jax.devices()` (all hosts' devi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jaxwebrl.fields import FieldError
 
 MESH_AXES: tuple[str, ...] = ("data", "fsdp", "tensor")
 
@@ -45,27 +48,53 @@ class ShardingError(ValueError):
     """A mesh that cannot shard a tensor, or a mesh that does not fit the devices."""
 
 
-def make_mesh(shape: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """Mesh over (data, fsdp, tensor); one size may be -1 = all remaining devices."""
-    devices = list(devices if devices is not None else jax.devices())
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """The `mesh` config section: devices per mesh axis; one axis may be -1 (all remaining devices)."""
+
+    data: int = 1
+    fsdp: int = -1
+    tensor: int = 1
+
+    def __post_init__(self) -> None:
+        sizes = dataclasses.asdict(self)
+        if list(sizes.values()).count(-1) > 1:
+            raise FieldError("", f"{sizes} has more than one -1", "set at most one axis to -1")
+        if any(v == 0 or v < -1 for v in sizes.values()):
+            raise FieldError("", f"{sizes} has a non-positive size", "use positive sizes or one -1")
+
+    def sizes(self, num_devices: int) -> dict[str, int]:
+        return resolve_mesh(dataclasses.asdict(self), num_devices)
+
+
+def resolve_mesh(shape: Mapping[str, int], num_devices: int) -> dict[str, int]:
+    """Axis sizes with -1 filled in from the device count; ShardingError when the mesh cannot fit."""
     unknown = set(shape) - set(MESH_AXES)
     if unknown:
         raise ShardingError(f"mesh axes {sorted(unknown)} are unknown; use {MESH_AXES}")
-    sizes = [int(shape.get(a, 1)) for a in MESH_AXES]
-    if sizes.count(-1) > 1:
-        raise ShardingError(f"mesh {dict(shape)}: at most one axis may be -1")
-    known = math.prod(s for s in sizes if s != -1)
-    if -1 in sizes:
-        if len(devices) % known:
-            raise ShardingError(f"mesh {dict(shape)}: {len(devices)} devices are not divisible by {known}")
-        sizes[sizes.index(-1)] = len(devices) // known
-    total = math.prod(sizes)
-    if total > len(devices):
-        raise ShardingError(
-            f"mesh {dict(zip(MESH_AXES, sizes))} needs {total} devices but only {len(devices)} exist; "
-            "shrink config.mesh or set one axis to -1"
-        )
-    grid = np.asarray(devices[:total]).reshape(sizes)
+    sizes = {a: int(shape.get(a, 1)) for a in MESH_AXES}
+    if list(sizes.values()).count(-1) > 1:
+        raise ShardingError(f"mesh {sizes} has more than one -1; set at most one axis to -1")
+    known = math.prod(s for s in sizes.values() if s != -1)
+    if known > num_devices:
+        raise ShardingError(f"mesh {sizes} needs {known} devices but only {num_devices} exist; "
+                            "shrink the mesh or set one axis to -1 (all remaining devices)")
+    for axis, size in sizes.items():
+        if size == -1:
+            if num_devices % known:
+                raise ShardingError(f"mesh {sizes}: {num_devices} devices are not divisible by {known}; "
+                                    "make the other axes divide the device count")
+            sizes[axis] = num_devices // known
+    return sizes
+
+
+def make_mesh(shape: Mapping[str, int] | MeshConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """Mesh over (data, fsdp, tensor); one size may be -1 = all remaining devices."""
+    devices = list(devices if devices is not None else jax.devices())
+    if isinstance(shape, MeshConfig):
+        shape = dataclasses.asdict(shape)
+    sizes = list(resolve_mesh(shape, len(devices)).values())
+    grid = np.asarray(devices[: math.prod(sizes)]).reshape(sizes)
     return Mesh(grid, MESH_AXES)
 
 
@@ -131,6 +160,11 @@ def replicated(mesh: Mesh) -> NamedSharding:
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     """Sharding of a [batch, ...] input array: batch over data x fsdp."""
     return NamedSharding(mesh, logical_to_spec(("activation_batch",) + (None,) * (ndim - 1)))
+
+
+def batch_spec_sharding(mesh: Mesh) -> NamedSharding:
+    """A step's [accum, micro_batch, T] input: micro-batch rows over data x fsdp."""
+    return NamedSharding(mesh, logical_to_spec((None, "activation_batch", None)))
 
 
 def constrain(x: jax.Array, logical: Sequence[str | None], rules: Mapping[str, Any] = RULES) -> jax.Array:

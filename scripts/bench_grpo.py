@@ -61,15 +61,12 @@ def bench_ours(B: int, P: int, C: int, warmup: int, n: int) -> dict[str, float]:
     from jaxwebrl.sharding import make_mesh
     from jaxwebrl.train.losses import LossConfig
     from jaxwebrl.train.step import StepConfig, init_state, make_train_step
-    import ml_collections
-
-    from jaxwebrl.train.optim import make_optimizer
+    from jaxwebrl.train.optim import OptimConfig, make_optimizer
 
     mc = ModelConfig(architecture="qwen3", qk_norm=True, **SHAPE)
     mesh = make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
     cfg = StepConfig(mc, LossConfig(kind="grpo", eps_low=EPS, eps_high=EPS, beta=BETA, kl_estimator="k3"))
-    optim = ml_collections.ConfigDict(dict(lr=LR, schedule="constant", b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.1,
-                                           max_grad_norm=1.0, warmup_steps=0))
+    optim = OptimConfig(lr=LR, schedule="constant", b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.1, max_grad_norm=1.0)
     tx, sched = make_optimizer(optim, 1000)
     step = make_train_step(cfg, tx, mesh, sched)
     b = make_batch(B, P, C)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxwebrl.train.config import ConfigError, default_config, validate_config
+from jaxwebrl.config import ConfigError, default_config, parse_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def test_unknown_field(tmp_path):
 
 def test_unknown_field_on_command_line():
     # absl/ml_collections refuse an override of a field that does not exist (the config is locked)
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--config", str(ROOT / "configs" / "sft_demo.py"),
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--config", str(ROOT / "configs" / "sft_synthetic.py"),
                         "--config.optim.learning_rate=1e-3", "--dry_run"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "learning_rate" in r.stderr
 
@@ -102,8 +102,8 @@ def test_bad_choices(tmp_path):
     with pytest.raises(ConfigError, match=r"config\.train\.logits_chunk: 100 does not divide"):
         validate_config(c, 1)
     c = _tiny(tmp_path)
-    c.rl.demo_replay = -2
-    with pytest.raises(ConfigError, match=r"config\.rl\.demo_replay: -2 must be >= 0"):
+    c.rl.replay_demonstrations = -2
+    with pytest.raises(ConfigError, match=r"config\.rl\.replay_demonstrations: -2 must be >= 0"):
         validate_config(c, 1)
     c = _tiny(tmp_path)
     c.bc.context_loss_weight = -0.1
@@ -112,7 +112,7 @@ def test_bad_choices(tmp_path):
 
 
 def test_quick_variant_keeps_fields_set_on_the_command_line():
-    from jaxwebrl.train.config import apply_quick, command_line_fields
+    from jaxwebrl.config import apply_quick, command_line_fields
 
     argv = ["--config", "configs/grpo_local.py", "--config.quick=true", "--config.workdir=/tmp/x",
             "--config.bc.steps", "7"]
@@ -122,21 +122,21 @@ def test_quick_variant_keeps_fields_set_on_the_command_line():
     c.quick, c.workdir, c.bc.steps = True, "/tmp/x", 7
     q = apply_quick(c, explicit)
     assert q.workdir == "/tmp/x" and q.bc.steps == 7  # the command line wins
-    assert q.bc.demo_seeds == c.quick_overrides.bc.demo_seeds and q.rl.iterations == 1  # the rest is quick
+    assert q.bc.demonstration_seeds == c.quick_overrides.bc.demonstration_seeds and q.rl.iterations == 1  # the rest is quick
     assert apply_quick(c).workdir == c.quick_overrides.workdir  # without explicit fields, quick's own
 
 
 def test_demonstrated_tasks_default_to_those_with_a_solver_and_bad_names_are_refused():
-    from jaxwebrl.recipes.run import demo_task_ids
+    from jaxwebrl.recipes.main_job import demonstrated_task_ids
 
     c = _load("grpo_local")
     run_tasks = ["miniwob.click-button", "miniwob.focus-text-2", "miniwob.focus-text"]
-    assert demo_task_ids(c, run_tasks) == ["miniwob.click-button", "miniwob.focus-text"]  # focus-text-2: no solver
+    assert demonstrated_task_ids(parse_config(c), run_tasks) == ["miniwob.click-button", "miniwob.focus-text"]  # focus-text-2: no solver
     c.bc.tasks = "focus-text"
-    assert demo_task_ids(c, run_tasks) == ["miniwob.focus-text"]
+    assert demonstrated_task_ids(parse_config(c), run_tasks) == ["miniwob.focus-text"]
     c.bc.tasks = "focus-text-2"
     with pytest.raises(ValueError, match=r"'miniwob.focus-text-2', which has no scripted solver .* drop it from bc.tasks"):
-        demo_task_ids(c, run_tasks)
+        demonstrated_task_ids(parse_config(c), run_tasks)
     c.bc.tasks = "click-link"
-    with pytest.raises(ValueError, match=r"'miniwob.click-link', which is not among the run's tasks \(env.tasks\)"):
-        demo_task_ids(c, run_tasks)
+    with pytest.raises(ValueError, match=r"'miniwob.click-link', which is not among the run's tasks \(tasks.train\)"):
+        demonstrated_task_ids(parse_config(c), run_tasks)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jaxwebrl.engines import EngineUnavailableError, JaxEngine, Router, SamplingParams, SGLangEngine, make_engine
+from jaxwebrl.engines import EngineConfig, EngineUnavailableError, JaxEngine, Router, SamplingParams, SGLangEngine, make_engine
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
 
 LONG = SamplingParams(greedy=True, max_new_tokens=60, ignore_eos=True)
@@ -77,26 +77,26 @@ def test_least_outstanding_stickiness_and_failover(tiny: dict[str, Any]) -> None
 
 
 def test_make_engine_from_config(tiny: dict[str, Any]) -> None:
-    engine = make_engine({"type": "jax", "checkpoint": str(tiny["path"]), "num_slots": 2, "max_len": 64})
+    engine = make_engine(EngineConfig(type="jax", checkpoint=str(tiny["path"]), num_slots=2, max_len=64))
     assert isinstance(engine, JaxEngine) and engine.tokenizer is not None and engine.num_slots == 2
     asyncio.run(engine.close())
-    trainer_side = make_engine({"type": "jax"}, params=tiny["params"], model_cfg=tiny["cfg"], version=3)
+    trainer_side = make_engine(EngineConfig(type="jax"), params=tiny["params"], model_cfg=tiny["cfg"], version=3)
     assert isinstance(trainer_side, JaxEngine) and trainer_side.version == 3
     asyncio.run(trainer_side.close())
-    one = make_engine({"type": "sglang", "url": "http://127.0.0.1:1"})
+    one = make_engine(EngineConfig(type="sglang", url="http://127.0.0.1:1"))
     assert isinstance(one, SGLangEngine)
-    many = make_engine({"type": "sglang", "urls": ["http://127.0.0.1:1", "http://127.0.0.1:2"]})
+    many = make_engine(EngineConfig(type="sglang", urls="http://127.0.0.1:1, http://127.0.0.1:2"))
     assert isinstance(many, Router) and len(many.engines) == 2
-    # The trainer's ConfigDict shape (jaxwebrl/train/config.py): empty strings mean "not set".
-    import ml_collections
+    # The run config's engine section, as a config file gives it: empty strings mean "not set".
+    from jaxwebrl.config import default_config, parse_config
 
-    cd = ml_collections.ConfigDict(dict(type="sglang", url="http://127.0.0.1:1", urls=[], checkpoint="",
-                                        launch=False, weight_sync="disk", export_dir="", max_len=4096))
-    from_cd = make_engine(cd, params=tiny["params"], model_cfg=tiny["cfg"])
+    c = default_config()
+    c.engine.type, c.engine.url = "sglang", "http://127.0.0.1:1"
+    from_cd = make_engine(parse_config(c).engine, params=tiny["params"], model_cfg=tiny["cfg"])
     assert isinstance(from_cd, SGLangEngine) and from_cd.export_dir is not None and from_cd.tokenizer_dir is None
-    with pytest.raises(ValueError, match="engine.type='vllm' is unknown"):
-        make_engine({"type": "vllm"})
+    with pytest.raises(ValueError, match="type: 'vllm' is not allowed"):
+        make_engine(EngineConfig(type="vllm"))
     with pytest.raises(ValueError, match="engine.url"):
-        make_engine({"type": "sglang"})
+        make_engine(EngineConfig(type="sglang"))
     with pytest.raises(ValueError, match="checkpoint"):
-        make_engine({"type": "jax"})
+        make_engine(EngineConfig(type="jax"))

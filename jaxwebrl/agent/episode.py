@@ -46,6 +46,9 @@ class AgentConfig:
     generate_timeout_s: float = 300.0
     episode_timeout_s: float = 600.0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         get_strategy(self.strategy)
         get_format(self.prompt_format)

@@ -10,6 +10,8 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
+from jaxwebrl.fields import FieldError, at_least, one_of, positive
+
 DEFAULT_CHROMIUM_ARGS: tuple[str, ...] = (
     "--no-sandbox",
     "--disable-gpu",
@@ -112,3 +114,58 @@ class EnvConfig:
         self.obs.validate()
         if self.action_timeout_s <= 0 or self.step_timeout_s <= 0 or self.episode_timeout_s <= 0:
             raise ValueError("EnvConfig timeouts must be > 0")
+
+
+@dataclass(frozen=True)
+class BrowserConfig:
+    """The `env` config section: how browsers present pages to the agent and how many run.
+
+    It builds the two runtime configs (`env_config()` for each episode, `pool_config()` for the pool), so
+    the translation from config fields lives in one place. `remote_endpoints` is a comma-separated list of
+    `playwright run-server` websocket urls that replace local launches."""
+
+    action_space: str = "webagent_r1"  # jaxwebrl.browser.actions.ACTION_SPACES
+    text_mode: str = "html"  # TEXT_MODES
+    text_budget_chars: int = 16000
+    page_metadata: bool = True  # url/tabs/scroll/focus with each observation (the URL line in text prompts)
+    relative_urls: bool = False  # same-origin link urls as paths (keeps a local server's port out of prompts)
+    screenshot: bool = False  # a PNG of the viewport with each observation
+    set_of_marks: bool = False  # element ids drawn on the screenshot
+    viewport_width: int = 1280
+    viewport_height: int = 720
+    num_browsers: int = 1
+    contexts_per_browser: int = 8
+    remote_endpoints: str = ""
+    action_timeout_s: float = 5.0
+    step_timeout_s: float = 45.0
+
+    def __post_init__(self) -> None:
+        from jaxwebrl.browser.actions import ACTION_SPACES  # the action modules import this module
+
+        one_of("action_space", self.action_space, tuple(ACTION_SPACES))
+        one_of("text_mode", self.text_mode, TEXT_MODES)
+        at_least("text_budget_chars", self.text_budget_chars, 200)
+        for name in ("num_browsers", "contexts_per_browser", "viewport_width", "viewport_height"):
+            at_least(name, getattr(self, name), 1)
+        for name in ("action_timeout_s", "step_timeout_s"):
+            positive(name, getattr(self, name))
+        for url in self.endpoints:
+            if not url.startswith(("ws://", "wss://")):
+                raise FieldError("remote_endpoints", f"{url!r} is not a websocket url",
+                                 "give `playwright run-server` endpoints as ws://host:port/, comma-separated")
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return tuple(s.strip() for s in self.remote_endpoints.split(",") if s.strip())
+
+    def env_config(self, episode_timeout_s: float = 600.0) -> EnvConfig:
+        """The per-episode config; the episode's time budget is the agent's (`agent.episode_timeout_s`)."""
+        obs = ObsConfig(text_mode=self.text_mode, text_budget_chars=self.text_budget_chars, metadata=self.page_metadata,
+                        relative_urls=self.relative_urls, screenshot=self.screenshot, set_of_marks=self.set_of_marks)
+        return EnvConfig(action_space=self.action_space, obs=obs, viewport=(self.viewport_width, self.viewport_height),
+                         action_timeout_s=self.action_timeout_s, step_timeout_s=self.step_timeout_s,
+                         episode_timeout_s=episode_timeout_s)
+
+    def pool_config(self) -> PoolConfig:
+        return PoolConfig(num_browsers=self.num_browsers, contexts_per_browser=self.contexts_per_browser,
+                          remote_endpoints=self.endpoints)

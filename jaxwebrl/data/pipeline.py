@@ -24,10 +24,12 @@ from grain import experimental as grain_exp
 from jax.sharding import Mesh
 
 from jaxwebrl.data.records import read_trajectories
+from jaxwebrl.sharding import batch_spec_sharding
 from jaxwebrl.data.samples import FEATURES, Sample, build_samples, with_context_loss
 
 Batch = dict[str, np.ndarray]
 BATCH_FIELDS = tuple(FEATURES) + ("segment_ids", "positions")
+PACK_MODES = ("pack", "pad")  # pack: first-fit packing of samples into rows | pad: one sample per row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +179,6 @@ def to_device(batch: Batch, mesh: Mesh, accum: int, extra: dict[str, np.ndarray]
     """[rows, T] host arrays -> [accum, rows/accum, T] global arrays with the step's batch sharding.
 
     Multi-host: each host passes its own rows (`make_array_from_process_local_data`)."""
-    from jaxwebrl.train.step import batch_spec_sharding
-
     sh = batch_spec_sharding(mesh)
     out = {}
     for k, v in {**batch, **(extra or {})}.items():

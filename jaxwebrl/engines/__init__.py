@@ -1,4 +1,10 @@
-"""Rollout engines: the Engine protocol, the embedded JaxEngine, the SGLang client and launcher, a router."""
+"""Rollout engines: the Engine protocol, the embedded JaxEngine, the SGLang client and launcher, a router.
+
+The concrete engines load on first use (`jaxwebrl.engines.JaxEngine` imports its module then), so a run
+that serves from SGLang never imports the JAX sampler (which registers a JAX compile listener).
+"""
+
+from typing import Any
 
 from jaxwebrl.engines.base import (
     Engine,
@@ -10,14 +16,25 @@ from jaxwebrl.engines.base import (
     SamplingParams,
     WeightSyncError,
 )
-from jaxwebrl.engines.factory import ENGINE_TYPES, make_engine
-from jaxwebrl.engines.jax_engine import JaxEngine, SchedulerEvent
-from jaxwebrl.engines.router import Router
-from jaxwebrl.engines.sglang_engine import SGLangEngine
-from jaxwebrl.engines.sglang_server import SGLangServer, ServerStartError
+from jaxwebrl.engines.config import ENGINE_TYPES, EngineConfig
+from jaxwebrl.engines.factory import make_engine
+
+_LAZY = {
+    "JaxEngine": "jaxwebrl.engines.jax_engine", "SchedulerEvent": "jaxwebrl.engines.jax_engine",
+    "Router": "jaxwebrl.engines.router", "SGLangEngine": "jaxwebrl.engines.sglang_engine",
+    "SGLangServer": "jaxwebrl.engines.sglang_server", "ServerStartError": "jaxwebrl.engines.sglang_server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'jaxwebrl.engines' has no attribute {name!r}")
+
 
 __all__ = [
     "Engine", "EngineClosedError", "EngineError", "EngineUnavailableError", "FinishReason", "Generation",
-    "SamplingParams", "WeightSyncError", "ENGINE_TYPES", "make_engine", "JaxEngine", "SchedulerEvent", "Router",
-    "SGLangEngine", "SGLangServer", "ServerStartError",
+    "SamplingParams", "WeightSyncError", "ENGINE_TYPES", "EngineConfig", "make_engine", *_LAZY,
 ]

@@ -25,24 +25,7 @@ from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.browser.task import Task
 from jaxwebrl.engines.base import Engine
-
-MODES = ("async", "lockstep")
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-    group_size: int = 4
-    mode: str = "async"
-    max_concurrent_groups: int = 2  # groups in flight; each holds `group_size` browser contexts
-    max_policy_lag: int = 1  # drop groups whose oldest token is more than this many versions old
-    limits: tuple[tuple[str, int], ...] = ()  # per-operation concurrency, e.g. (("generate", 8),)
-
-    def validate(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"rollout.mode={self.mode!r}: use one of {MODES}")
-        if self.group_size < 1 or self.max_concurrent_groups < 1:
-            raise ValueError("rollout.group_size and rollout.max_concurrent_groups must be >= 1")
-
+from jaxwebrl.rollout.config import RolloutConfig
 
 @dataclasses.dataclass
 class Group:
@@ -102,7 +85,6 @@ class Collector:
         rollout: RolloutConfig,
         policy_version: Callable[[], int] = lambda: 0,
     ):
-        rollout.validate()
         agent.validate()
         self.pool, self.engine, self.tokenizer = pool, engine, tokenizer
         self.env_config, self.agent, self.rollout = env_config, agent, rollout

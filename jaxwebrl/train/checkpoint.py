@@ -13,11 +13,40 @@ import dataclasses
 import os
 from typing import Any
 
-import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
+from jaxwebrl.fields import at_least, one_of
 from jaxwebrl.models.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """The `checkpoint` config section."""
+
+    dir: str = ""  # '' = <workdir>/checkpoints
+    every: int = 50
+    keep: int = 3  # keep the last N
+    best_metric: str = ""  # also keep the best checkpoint by this metric ('' = off)
+    best_mode: str = "min"
+    async_save: bool = True
+    resume: bool = False
+    export_every: int = 0  # HF export every N steps (0 = only at the end)
+    export_dir: str = ""  # '' = <workdir>/hf
+
+    def __post_init__(self) -> None:
+        one_of("best_mode", self.best_mode, ("min", "max"))
+        at_least("every", self.every, 0)
+        at_least("keep", self.keep, 1)
+        at_least("export_every", self.export_every, 0)
+
+    def directory(self, workdir: str) -> str:
+        return os.path.abspath(self.dir or os.path.join(workdir, "checkpoints"))
+
+
+def has_checkpoint(directory: str) -> bool:
+    """True when `directory` holds at least one saved step (Orbax names step folders by number)."""
+    return os.path.isdir(directory) and any(n.isdigit() for n in os.listdir(directory))
 
 
 def model_config_to_json(cfg: ModelConfig) -> dict[str, Any]:

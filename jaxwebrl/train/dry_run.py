@@ -2,41 +2,23 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import jax
-import ml_collections
 
-from jaxwebrl.models import ModelConfig, read_hf_config
-from jaxwebrl.models.tiny import tiny_config
 from jaxwebrl.sharding import make_mesh
-from jaxwebrl.train.config import model_config_from, validate_config
-from jaxwebrl.train.losses import LossConfig
 from jaxwebrl.train.optim import make_optimizer
 from jaxwebrl.train.step import StepConfig, lower_train_step
 
 
-def dry_run_model_config(config: ml_collections.ConfigDict) -> ModelConfig:
-    m = config.model
-    if m.source == "inline":
-        return model_config_from(config)
-    if m.source == "tiny":
-        shape = dict(m.shape.to_dict()) if m.shape else {}
-        base = tiny_config(m.arch, **shape)
-        return base.replace(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, scan_layers=m.scan_layers)
-    return ModelConfig.from_hf(read_hf_config(m.path), dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
-                               scan_layers=m.scan_layers)
-
-
-def dry_run(config: ml_collections.ConfigDict) -> dict[str, Any]:
-    """Compile the step on the devices that exist; return per-device memory (bytes) and step FLOPs."""
-    sizes = validate_config(config, len(jax.devices()), check_paths=False)
+def dry_run(run: Any, sizes: dict[str, int]) -> dict[str, Any]:
+    """Compile the step of a `RunConfig` on the devices that exist (mesh sizes already resolved and
+    checked); return per-device memory (bytes) and step FLOPs."""
     mesh = make_mesh(sizes)
-    mc = dry_run_model_config(config)
-    tx, sched = make_optimizer(config.optim, int(config.train.steps))
-    cfg = StepConfig(mc, LossConfig(**config.loss.to_dict()), logits_chunk=int(config.train.logits_chunk))
-    A, mb, T = int(config.train.accum_steps), int(config.train.micro_batch), int(config.train.seq_len)
+    mc = run.model.abstract_config()
+    tx, sched = make_optimizer(run.optim, run.train.steps)
+    cfg = StepConfig(mc, run.loss, logits_chunk=run.train.logits_chunk)
+    A, mb, T = run.train.accum_steps, run.train.micro_batch, run.train.seq_len
     compiled = lower_train_step(cfg, tx, mesh, A, mb, T, sched)
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()

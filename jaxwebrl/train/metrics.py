@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 from typing import Any, Mapping
 
 import jax
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """The `log` config section."""
+
+    every: int = 1
+    dir: str = ""  # '' = <workdir>/logs
+    tensorboard: bool = True
+    progress: bool = True  # progress bars on the console
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareConfig:
+    """The `hardware` config section: what MFU is measured against."""
+
+    peak_flops: float = 0.0  # per chip; 0 = from PEAK_FLOPS by device kind
 
 # Dense bf16 peak FLOP/s per chip (vendor figures). Matched against `device.device_kind`, lower-cased.
 PEAK_FLOPS: dict[str, float] = {

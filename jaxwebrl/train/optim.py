@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import optax
 
+from jaxwebrl.fields import FieldError, at_least, one_of, positive
+
 SCHEDULES = ("constant", "warmup_cosine", "warmup_constant")
 # Parameters that never decay: norms and biases (decaying them only hurts; standard practice).
 _NO_DECAY_SUFFIXES = ("norm", "bq", "bk", "bv", "bo")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """The `optim` config section (hashable: the compiled step is cached by it)."""
+
+    lr: float = 1e-3
+    schedule: str = "constant"  # SCHEDULES
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0  # used when warmup_steps is 0: a fraction of the run's steps
+    final_lr_ratio: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # global-norm clipping (0 = off)
+
+    def __post_init__(self) -> None:
+        positive("lr", self.lr, "set a positive learning rate")
+        one_of("schedule", self.schedule, SCHEDULES)
+        at_least("warmup_steps", self.warmup_steps, 0)
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise FieldError("warmup_ratio", f"{self.warmup_ratio} is not in [0, 1)", "use e.g. 0.05, or 0")
+        at_least("max_grad_norm", self.max_grad_norm, 0.0)
 
 
 def make_schedule(lr: float, schedule: str, total_steps: int, warmup_steps: int = 0, final_lr_ratio: float = 0.0) -> optax.Schedule:
@@ -40,15 +67,13 @@ def decay_mask(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(one, params)
 
 
-def make_optimizer(optim: Any, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def make_optimizer(optim: OptimConfig, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """optax chain from the `config.optim` block (lr, schedule, warmup_steps|warmup_ratio, b1, b2, eps,
     weight_decay, max_grad_norm)."""
-    warmup = int(getattr(optim, "warmup_steps", 0) or 0)
-    ratio = float(getattr(optim, "warmup_ratio", 0.0) or 0.0)
-    if ratio and not warmup:
-        warmup = int(round(ratio * total_steps))
-    sched = make_schedule(float(optim.lr), str(optim.schedule), total_steps, warmup,
-                          float(getattr(optim, "final_lr_ratio", 0.0) or 0.0))
+    warmup = int(optim.warmup_steps)
+    if optim.warmup_ratio and not warmup:
+        warmup = int(round(optim.warmup_ratio * total_steps))
+    sched = make_schedule(float(optim.lr), str(optim.schedule), total_steps, warmup, float(optim.final_lr_ratio))
     parts = []
     if float(optim.max_grad_norm or 0) > 0:
         parts.append(optax.clip_by_global_norm(float(optim.max_grad_norm)))

@@ -18,12 +18,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from jaxwebrl.models import ModelConfig, abstract_params, hidden_states, lm_head, logical_axes
 from jaxwebrl.models.logprobs import entropy as entropy_fn
 from jaxwebrl.models.logprobs import token_logprobs
-from jaxwebrl.sharding import logical_to_spec, optimizer_state_shardings, replicated, tree_shardings
+from jaxwebrl.sharding import (
+    batch_spec_sharding, optimizer_state_shardings, replicated, tree_shardings,
+)
 from jaxwebrl.train.losses import LossConfig, get_loss
 
 # Per-token inputs of the step. All token-aligned: entry t describes tokens[t].
@@ -104,11 +106,6 @@ def micro_loss(cfg: StepConfig, params: Any, micro: dict[str, jax.Array]) -> tup
 
 
 # ---- shardings -------------------------------------------------------------------------------------
-
-
-def batch_spec_sharding(mesh: Mesh) -> NamedSharding:
-    """[accum, micro_batch, T]: micro-batch rows over data x fsdp."""
-    return NamedSharding(mesh, logical_to_spec((None, "activation_batch", None)))
 
 
 def param_shardings(model: ModelConfig, mesh: Mesh) -> Any:

@@ -1,17 +1,17 @@
-"""Behaviour cloning of a tiny generated Qwen3 on the generated demo tasks (runs anywhere in a minute)."""
+"""Behaviour cloning of a tiny generated Qwen3 on the synthetic click tasks (jaxwebrl/data/synthetic.py) (runs anywhere in a minute)."""
 
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config
 
 
 def get_config():
     c = default_config()
     c.recipe = "sft"
-    c.workdir = "runs/sft_demo"
+    c.workdir = "runs/sft_synthetic"
     c.model.source = "tiny"
     c.model.arch = "qwen3"
     c.data.kind = "sft"
-    c.data.demo = True
-    c.data.demo_records = 64
+    c.data.synthetic = True
+    c.data.synthetic_records = 64
     c.data.per = "turn"
     c.data.norm = "token_mean"
     c.train.steps = 60

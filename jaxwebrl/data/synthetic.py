@@ -21,7 +21,7 @@ def _encode(tok: Any, text: str) -> list[int]:
     return list(tok.encode(text, add_special_tokens=False))
 
 
-def demo_trajectories(tokenizer: Any, n: int, kind: str = "sft", group_size: int = 4, seed: int = 0) -> list[Trajectory]:
+def synthetic_trajectories(tokenizer: Any, n: int, kind: str = "sft", group_size: int = 4, seed: int = 0) -> list[Trajectory]:
     rng = np.random.default_rng(seed)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     out = []
@@ -42,6 +42,6 @@ def demo_trajectories(tokenizer: Any, n: int, kind: str = "sft", group_size: int
     return out
 
 
-def write_demo_jsonl(path: str | os.PathLike[str], tokenizer: Any, n: int, kind: str = "sft", seed: int = 0) -> str:
-    write_jsonl(path, demo_trajectories(tokenizer, n, kind, seed=seed))
+def write_synthetic_jsonl(path: str | os.PathLike[str], tokenizer: Any, n: int, kind: str = "sft", seed: int = 0) -> str:
+    write_jsonl(path, synthetic_trajectories(tokenizer, n, kind, seed=seed))
     return str(path)

@@ -1,17 +1,17 @@
 """M-GRPO (WebAgent-R1 normalisation) on generated trajectory records with a tiny Qwen3: the GRPO path of
 train.py end to end on CPU (old logprobs recomputed, KL to the frozen initial policy)."""
 
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config
 
 
 def get_config():
     c = default_config()
     c.recipe = "webagent_r1"
-    c.workdir = "runs/grpo_demo"
+    c.workdir = "runs/grpo_synthetic"
     c.model.source = "tiny"
     c.data.kind = "trajectories"
-    c.data.demo = True
-    c.data.demo_records = 64  # 16 tasks x G=4
+    c.data.synthetic = True
+    c.data.synthetic_records = 64  # 16 tasks x G=4
     c.data.per = "trajectory"
     c.data.norm = "webagent_r1"
     c.train.steps = 10

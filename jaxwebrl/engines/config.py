@@ -1,0 +1,71 @@
+"""The `engine` config section: which engine generates the rollouts and how it is reached.
+
+`type="jax"`: the in-process JaxEngine on the trainer's params (continuous batching over a KV cache).
+`type="sglang"`: SGLang servers at `url` / `urls` (several -> a Router), or one the run launches on
+`checkpoint` (`launch=True`, with the `server` options). `weight_sync` says how new params reach a server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxwebrl.fields import FieldError, at_least, comma_list, one_of, positive
+
+ENGINE_TYPES = ("jax", "sglang")
+WEIGHT_SYNC = ("disk", "restart")  # disk: export + /update_weights_from_disk | restart: relaunch the server
+DEVICES = ("", "cpu", "tpu", "gpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class SGLangServerConfig:
+    """Options of a server the run launches (`engine.launch=True`); 0 / '' = the server's default."""
+
+    device: str = ""  # cpu | tpu | gpu ('' = detect)
+    port: int = 0
+    python: str = ""  # interpreter with the server package ('' = .venv-sglang for sglang-jax)
+    context_length: int = 0
+    max_total_tokens: int = 0
+    max_running_requests: int = 0
+    tp_size: int = 0
+    extra_args: str = ""  # extra command-line arguments, space-separated
+
+    def __post_init__(self) -> None:
+        one_of("device", self.device, DEVICES)
+
+    def kwargs(self) -> dict[str, object]:
+        """Keyword arguments of `SGLangServer` (unset options left to its defaults)."""
+        out: dict[str, object] = {k: v for k, v in dataclasses.asdict(self).items() if v and k != "extra_args"}
+        out["extra_args"] = tuple(self.extra_args.split())
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    type: str = "jax"  # jax | sglang
+    num_slots: int = 8  # jax: concurrent sequences in the KV cache
+    max_len: int = 4096  # jax: KV-cache length per slot
+    seed: int = 0
+    checkpoint: str = ""  # HF dir: the JaxEngine's model when no params are given; a launched server's start
+    url: str = ""  # sglang: one server
+    urls: str = ""  # sglang: several servers, comma-separated (requests spread by a Router)
+    launch: bool = False  # sglang: start a server on `checkpoint` (or the current policy) and own it
+    weight_sync: str = "disk"
+    export_dir: str = ""  # where params are exported for servers to load (shared filesystem for remote ones)
+    request_timeout: float = 600.0
+    retries: int = 3
+    server: SGLangServerConfig = dataclasses.field(default_factory=SGLangServerConfig)
+
+    def __post_init__(self) -> None:
+        one_of("type", self.type, ENGINE_TYPES)
+        one_of("weight_sync", self.weight_sync, WEIGHT_SYNC)
+        at_least("num_slots", self.num_slots, 1)
+        at_least("max_len", self.max_len, 16)
+        at_least("retries", self.retries, 0)
+        positive("request_timeout", self.request_timeout)
+        if self.type == "sglang" and self.weight_sync == "restart" and not self.launch:
+            raise FieldError("weight_sync", "'restart' needs engine.launch=True (the engine must own the server)",
+                             "set engine.launch=True or weight_sync='disk'")
+
+    @property
+    def server_urls(self) -> list[str]:
+        return comma_list(self.urls) or ([self.url] if self.url else [])

@@ -1,0 +1,77 @@
+"""The `model` config section: which policy model a run trains, where it comes from, and its numerics.
+
+`source` picks the origin: `hf` (a local HuggingFace directory), `tiny` (a small random checkpoint with a
+tokenizer, written on first use) or `inline` (random init from `shape` alone, no tokenizer). `shape` holds
+`ModelConfig` fields that override the architecture (all of it for `inline`). Loading the weights onto a
+mesh is the trainer's job (`jaxwebrl.train.trainer.resolve_model`); this module only says what to load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Mapping
+
+from jaxwebrl.fields import FieldError, one_of
+from jaxwebrl.models.config import SUPPORTED_ARCHITECTURES, ModelConfig
+from jaxwebrl.models.hf_io import read_hf_config
+from jaxwebrl.models.tiny import tiny_config
+
+SOURCES = ("tiny", "hf", "inline")
+DTYPES = ("float32", "bfloat16", "float16")
+_SHAPE_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSetup:
+    source: str = "tiny"  # tiny (generated, with tokenizer) | hf (a local HF dir) | inline (shape below)
+    path: str = ""  # hf: the checkpoint dir; tiny: where to write it ('' = <workdir>/tiny_model)
+    arch: str = "qwen3"  # tiny: architecture family
+    shape: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # ModelConfig fields (overrides)
+    dtype: str = "float32"  # activation dtype
+    param_dtype: str = "float32"  # master weights
+    remat: bool = False
+    scan_layers: bool = True
+    ref_path: str = ""  # frozen reference model (loss.beta > 0); '' = the initial policy
+
+    def __post_init__(self) -> None:
+        one_of("source", self.source, SOURCES)
+        one_of("arch", self.arch, tuple(SUPPORTED_ARCHITECTURES.values()))
+        one_of("dtype", self.dtype, DTYPES)
+        one_of("param_dtype", self.param_dtype, DTYPES)
+        for k in self.shape:
+            if k not in _SHAPE_FIELDS:
+                near = difflib.get_close_matches(k, _SHAPE_FIELDS, 1)
+                raise FieldError(f"shape.{k}", "is not a ModelConfig field",
+                                 f"did you mean model.shape.{near[0]}?" if near else f"use one of {sorted(_SHAPE_FIELDS)}")
+        if self.source == "inline":
+            for k in ("vocab_size", "hidden_size", "num_layers"):
+                if k not in self.shape:
+                    raise FieldError(f"shape.{k}", "is required for model.source='inline'", "give the model shape inline")
+
+    @property
+    def numerics(self) -> dict[str, Any]:
+        return dict(dtype=self.dtype, param_dtype=self.param_dtype, remat=self.remat, scan_layers=self.scan_layers)
+
+    def shape_overrides(self) -> dict[str, Any]:
+        """`shape` as ModelConfig keyword arguments (config lists become the tuples ModelConfig hashes)."""
+        shape = dict(self.shape)
+        for k in ("rope_scaling", "hf_extra"):
+            if shape.get(k) is not None:
+                shape[k] = tuple(tuple(x) for x in shape[k])
+        return shape
+
+    def model_config(self, base: ModelConfig | None = None) -> ModelConfig:
+        """`inline`'s config (or `base`, e.g. read from a checkpoint) with `shape` and the numerics applied."""
+        if base is None:
+            return ModelConfig(**self.shape_overrides(), **self.numerics)
+        return base.replace(**self.shape_overrides(), **self.numerics)
+
+    def abstract_config(self) -> ModelConfig:
+        """The ModelConfig without loading any weights (the dry run): from the HF config.json, the tiny
+        family, or `shape`."""
+        if self.source == "inline":
+            return self.model_config()
+        if self.source == "tiny":
+            return tiny_config(self.arch, **self.shape_overrides()).replace(**self.numerics)
+        return ModelConfig.from_hf(read_hf_config(self.path), **self.numerics)

@@ -1,0 +1,77 @@
+"""The sections of an online run that belong to the recipes: `reward`, `rl`, `bc` and `report`.
+
+`bc` (behaviour cloning from the suite's scripted solvers) and `report` (greedy evaluation of the policies
+on held-out seeds) are the stages of the main job (`jaxwebrl.recipes.main_job`) around `rl`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxwebrl.fields import FieldError, at_least, comma_list, one_of, positive
+
+REWARD_SOURCES = ("rule", "raw")  # rule: the recipe's reward from the rule evaluator | raw: the environment's own
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    source: str = "rule"
+
+    def __post_init__(self) -> None:
+        one_of("source", self.source, REWARD_SOURCES)
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    iterations: int = 10
+    eval_every: int = 0  # greedy evaluation on held-out seeds every N iterations (0 = off)
+    # Demonstrations mixed into every iteration's batch, each its own group with a fixed advantage: at ratio ~1
+    # that is an SFT term on demonstrated tasks beside the policy gradient (0 = off).
+    replay_demonstrations: int = 0
+    demonstration_advantage: float = 1.0
+    demonstrations_file: str = ""  # trajectories to replay ('' = the run's BC demonstrations, when bc.enabled)
+
+    def __post_init__(self) -> None:
+        at_least("iterations", self.iterations, 0)
+        at_least("eval_every", self.eval_every, 0)
+        if self.replay_demonstrations < 0:
+            raise FieldError("replay_demonstrations", f"{self.replay_demonstrations} must be >= 0",
+                             "set how many demonstrations each RL batch replays, or 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class BCConfig:
+    enabled: bool = False
+    demonstration_seeds: int = 40  # training instances per task played by the scripted solver
+    # Tasks to demonstrate ('' = every run task with a scripted solver); RL learns the others from reward alone.
+    tasks: str = ""
+    vocab_size: int = 1024  # tokenizer trained on the demonstrations
+    steps: int = 200
+    lr: float = 1e-3
+    micro_batch: int = 8
+    # Also train next-token prediction on the page/prompt tokens, each weighted this much relative to an action
+    # token (0 = actions only): a denser signal for a model learning to read pages from scratch.
+    context_loss_weight: float = 0.0
+    seq_len: int = 0  # packed row length for the demonstrations (0 = train.seq_len); attention costs ~T^2 per row
+
+    def __post_init__(self) -> None:
+        for name in ("demonstration_seeds", "vocab_size", "steps", "micro_batch"):
+            at_least(name, getattr(self, name), 1)
+        positive("lr", self.lr, "set a positive learning rate")
+        at_least("seq_len", self.seq_len, 0)
+        if self.context_loss_weight < 0:
+            raise FieldError("context_loss_weight", f"{self.context_loss_weight} must be >= 0",
+                             "use 0 (actions only) or a positive weight for the page tokens, e.g. 0.1")
+
+    @property
+    def task_names(self) -> list[str]:
+        return comma_list(self.tasks)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportConfig:
+    enabled: bool = False  # evaluate random / BC / RL and write report.md + plots
+    eval_seeds: int = 20
+
+    def __post_init__(self) -> None:
+        at_least("eval_seeds", self.eval_seeds, 1)
