@@ -73,9 +73,9 @@ def test_paired_table_splits_tasks_with_and_without_demonstrations() -> None:
 
 
 def test_demo_subsets_read_the_demonstrated_tasks_from_the_demo_file(tmp_path: Path) -> None:
-    from jaxwebrl.recipes.run import demo_subsets
+    from jaxwebrl.recipes.report import demonstration_subsets as demo_subsets
 
-    demos = tmp_path / "bc_demos.jsonl"
+    demos = tmp_path / "demonstrations.jsonl"
     demos.write_text("".join(json.dumps({"task_id": t, "turns": []}) + "\n" for t in ("a", "a", "b")))
     reports = {"BC": _report({"a": [1], "b": [0], "c": [0]})}
     assert demo_subsets(demos, reports) == {"tasks with demonstrations": {"a", "b"},

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from jaxwebrl.data.records import Trajectory, Turn
+from jaxwebrl.recipes.browseragent import rft_select
+from jaxwebrl.recipes.openwebrl import openwebrl_reward
+from jaxwebrl.recipes.webgym import webgym_filter
 from jaxwebrl.train.advantages import (
-    DynamicSamplingCollector, assign_group_advantages, drop_zero_variance_groups, group_advantages,
-    mask_failed, openwebrl_reward, rft_select, webgym_filter,
+    DynamicSamplingCollector, assign_group_advantages, drop_zero_variance_groups, group_advantages, mask_failed,
 )
 
 

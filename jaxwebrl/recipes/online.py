@@ -1,93 +1,57 @@
-"""The online RL loop: collect -> reward -> advantages/filters -> samples -> train -> weight sync -> repeat.
+"""Online RL as a source of the one training loop: collect -> reward -> recipe -> samples; then weight sync.
 
-One `OnlineRL` owns the browser pool, the engine and the collector for a run; the `Trainer` (jaxwebrl.train)
-owns params, optimizer, checkpoints and metrics files. Groups arrive from the collector as each finishes (no
-barrier); an iteration trains once it holds `rollout.groups_per_iteration` accepted groups. After each
-update the engine gets the new params and a new policy version, so later tokens are stamped with it and the
-collector's off-policy limit can drop groups that are too old. Greedy evaluation on held-out seeds runs every
-`rl.eval_every` iterations.
+`OnlineRL` owns the task suite, the browser pool, the engine and the collector for a run; the `Trainer`
+owns params, optimizer, checkpoints and metrics files; `jaxwebrl.train.loop.fit` drives both. Groups arrive
+from the collector as each finishes (no barrier); a round trains once it holds `rollout.groups_per_iteration`
+accepted groups. After each update the engine gets the new params and a new policy version, so later tokens
+are stamped with it and the collector's off-policy limit can drop groups that are too old. Greedy evaluation
+on held-out seeds runs every `rl.eval_every` iterations; every iteration appends a record to `history`.
+
+    async with OnlineRL(run, trainer, history_file) as rl:
+        await fit(trainer, rl, run.rl.iterations)
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import dataclasses
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable
 
-import ml_collections
 import numpy as np
 
 from jaxwebrl.agent.episode import AgentConfig
-from jaxwebrl.browser.config import EnvConfig, ObsConfig, PoolConfig
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, read_trajectories
 from jaxwebrl.data.samples import Sample, build_samples
 from jaxwebrl.engines.factory import make_engine
 from jaxwebrl.models import load_tokenizer
 from jaxwebrl.recipes.evaluate import EvalReport, evaluate
-from jaxwebrl.recipes.recipes import get_recipe, group_filter, make_samples
-from jaxwebrl.rollout.collector import Collector, Group, RolloutConfig
+from jaxwebrl.recipes.papers import get_recipe, run_samples
+from jaxwebrl.recipes.registry import accept_group
+from jaxwebrl.rollout.collector import Collector, Group
+from jaxwebrl.rollout.suites import get_suite
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
+from jaxwebrl.train.loop import Round
 
 
-def _pairs(spec: str, cast: Callable[[str], Any] = float) -> dict[str, Any]:
-    """'easy:2,medium:5' -> {'easy': 2.0, 'medium': 5.0}."""
-    out = {}
-    for item in filter(None, (s.strip() for s in spec.split(","))):
-        key, _, value = item.partition(":")
-        out[key.strip()] = cast(value)
-    return out
+def make_suite(run: Any) -> Any:
+    """The run's task suite, started (`tasks.train` limits it to those tasks)."""
+    kwargs = {"tasks": run.tasks.train_names} if run.tasks.train else {}
+    return get_suite(run.tasks.suite, **kwargs).start()
 
 
-def comma_list(spec: str) -> list[str]:
-    """A config task list ("a, b,c") as names, spaces and empty entries dropped."""
-    return [s.strip() for s in spec.split(",") if s.strip()]
-
-
-def env_config_from(cfg: Any) -> EnvConfig:
-    e = cfg.env
-    return EnvConfig(action_space=e.action_space,
-                     obs=ObsConfig(text_mode=e.text_mode, text_budget_chars=int(e.text_budget_chars),
-                                   metadata=bool(e.page_metadata), relative_urls=bool(e.relative_urls)),
-                     step_timeout_s=float(e.step_timeout_s), episode_timeout_s=float(e.episode_timeout_s))
-
-
-def agent_config_from(cfg: Any) -> AgentConfig:
-    a = cfg.agent
-    return AgentConfig(strategy=a.strategy, prompt_format=a.prompt_format, max_steps=int(a.max_steps),
-                       max_context_tokens=int(a.max_context_tokens), max_new_tokens=int(a.max_new_tokens),
-                       max_format_errors=int(a.max_format_errors), last_k=int(a.last_k),
-                       temperature=float(a.temperature), top_p=float(a.top_p), system_prompt=str(a.system_prompt),
-                       episode_timeout_s=float(cfg.env.episode_timeout_s))
-
-
-def rollout_config_from(cfg: Any) -> RolloutConfig:
-    r = cfg.rollout
-    limits = tuple((op, int(getattr(r, f"limit_{op}"))) for op in ("navigate", "execute", "evaluate", "generate")
-                   if int(getattr(r, f"limit_{op}")) > 0)
-    return RolloutConfig(group_size=int(r.group_size), mode=r.mode, max_concurrent_groups=int(r.max_concurrent_groups),
-                         max_policy_lag=int(r.max_policy_lag), limits=limits)
-
-
-def make_suite(cfg: Any) -> Any:
-    from envs import get_suite
-
-    kwargs = {"tasks": comma_list(cfg.env.tasks)} if cfg.env.tasks else {}
-    return get_suite(cfg.env.suite, **kwargs).start()
-
-
-def split_tasks(suite: Any, cfg: Any) -> tuple[list[Any], list[int], list[Any], list[int]]:
+def split_tasks(suite: Any, run: Any) -> tuple[list[Any], list[int], list[Any], list[int]]:
     """(train tasks, train seeds, eval tasks, eval seeds): held-out seeds always; held-out tasks if named."""
-    train_ids = suite.task_ids("all") if cfg.env.tasks else suite.task_ids("train")
-    eval_ids = comma_list(cfg.env.eval_tasks) or train_ids
+    train_ids = suite.task_ids("all") if run.tasks.train else suite.task_ids("train")
+    eval_ids = run.tasks.eval_names or train_ids
     train = [suite.get_task(t) for t in train_ids]
     held_out = [suite.get_task(t if "." in t else f"{suite.name}.{t}") for t in eval_ids]
-    return (train, suite.seeds("train", int(cfg.env.train_seeds)), held_out,
-            suite.seeds("test", int(cfg.env.eval_seeds)))
+    return (train, suite.seeds("train", run.tasks.train_seeds), held_out, suite.seeds("test", run.tasks.eval_seeds))
 
 
 def episode_metrics(groups: list[Group]) -> dict[str, float]:
@@ -112,78 +76,74 @@ def episode_metrics(groups: list[Group]) -> dict[str, float]:
     return out
 
 
-@dataclasses.dataclass
-class IterationLog:
-    iteration: int
-    metrics: dict[str, float]
-    eval: dict[str, Any] | None = None
-
-
-def demonstrations_to_replay(cfg: Any) -> list[Trajectory]:
-    """The trajectories `rl.demo_replay` draws from (none when it is 0)."""
-    if int(cfg.rl.demo_replay) <= 0:
+def demonstrations_to_replay(run: Any) -> list[Trajectory]:
+    """The trajectories `rl.replay_demonstrations` draws from (none when it is 0)."""
+    if run.rl.replay_demonstrations <= 0:
         return []
-    path = str(cfg.rl.demo_file)
+    path = run.rl.demonstrations_file
     if not path or not os.path.isfile(path):
-        raise ValueError(f"rl.demo_replay={cfg.rl.demo_replay} but rl.demo_file={path!r} is not a file: set "
-                         "bc.enabled=True (RL then replays BC's demonstrations) or point rl.demo_file at a "
-                         "trajectory .jsonl, or set rl.demo_replay=0")
+        raise ValueError(f"rl.replay_demonstrations={run.rl.replay_demonstrations} but rl.demonstrations_file={path!r} "
+                         "is not a file: set bc.enabled=True (RL then replays BC's demonstrations) or point "
+                         "rl.demonstrations_file at a trajectory .jsonl, or set rl.replay_demonstrations=0")
     demos = read_trajectories(path)
     if not demos:
-        raise ValueError(f"rl.demo_file={path!r} holds no trajectory; point it at demonstrations or set rl.demo_replay=0")
+        raise ValueError(f"rl.demonstrations_file={path!r} holds no trajectory; point it at demonstrations or set "
+                         "rl.replay_demonstrations=0")
     return demos
 
 
-def demo_samples(demos: list[Trajectory], cfg: Any, iteration: int) -> list[Sample]:
-    """`rl.demo_replay` demonstrations drawn without replacement (seeded by iteration, so a resumed run draws
-    the same), each a group of one with advantage `rl.demo_advantage`."""
-    rng = np.random.default_rng((int(cfg.seed), iteration))
-    picks = rng.choice(len(demos), size=min(int(cfg.rl.demo_replay), len(demos)), replace=False)
-    trajs = [dataclasses.replace(demos[i], advantage=float(cfg.rl.demo_advantage), group_id=f"demo/{i}")
+def demonstration_samples(demos: list[Trajectory], run: Any, iteration: int) -> list[Sample]:
+    """`rl.replay_demonstrations` demonstrations drawn without replacement (seeded by iteration, so a resumed
+    run draws the same), each a group of one with advantage `rl.demonstration_advantage`."""
+    rng = np.random.default_rng((run.seed, iteration))
+    picks = rng.choice(len(demos), size=min(run.rl.replay_demonstrations, len(demos)), replace=False)
+    trajs = [dataclasses.replace(demos[i], advantage=run.rl.demonstration_advantage, group_id=f"demo/{i}")
              for i in sorted(picks)]
-    return build_samples(trajs, per=cfg.data.per, norm=cfg.data.norm)
+    return build_samples(trajs, per=run.data.per, norm=run.data.norm)
 
 
 class OnlineRL:
-    """One online RL run: `async with OnlineRL(cfg, trainer) as rl: await rl.iteration(i)` (see recipes/run.py)."""
+    """One online RL run as a `jaxwebrl.train.loop.Source` (see the module docstring)."""
 
-    def __init__(self, cfg: Any, trainer: Any):
-        self.cfg, self.trainer = cfg, trainer
-        self.recipe = get_recipe(cfg.recipe)
+    name = "rl"
+    log_prefix = "train"
+    checkpoint_each_round = True  # rollouts are expensive: every iteration is saved
+
+    def __init__(self, run: Any, trainer: Any, history_file: str | Path | None = None):
+        self.run, self.trainer = run, trainer
+        self.recipe = get_recipe(run.recipe)
         self.tokenizer = load_tokenizer(trainer.tokenizer_dir)
-        self.env_cfg, self.agent_cfg = env_config_from(cfg), agent_config_from(cfg)
-        self.rollout_cfg = rollout_config_from(cfg)
-        self.horizon = HorizonSchedule(default=int(cfg.agent.max_steps),
-                                       per_difficulty=tuple(_pairs(cfg.rollout.horizon_per_difficulty, int).items()))
+        self.env_cfg, self.agent_cfg = run.browser_env(), run.agent
+        self.horizon = HorizonSchedule(default=run.agent.max_steps, per_difficulty=run.rollout.per_difficulty_steps(),
+                                       schedule=run.rollout.schedule_steps())
         self.replay: ReplayBuffer | None = (
-            ReplayBuffer(int(cfg.rollout.replay_iterations), float(cfg.rollout.replay_power), seed=int(cfg.seed))
-            if int(cfg.rollout.replay_iterations) > 0 else None
+            ReplayBuffer(run.rollout.replay_iterations, run.rollout.replay_power, seed=run.seed)
+            if run.rollout.replay_iterations > 0 else None
         )
-        self.demos = demonstrations_to_replay(cfg)
-        self.history: list[IterationLog] = []
+        self.demos = demonstrations_to_replay(run)
+        self.history_file = Path(history_file) if history_file else None
+        self.history: list[dict[str, Any]] = []
         self._stack = contextlib.AsyncExitStack()
+        self._pending: dict[str, Any] = {}
 
     async def __aenter__(self) -> "OnlineRL":
-        cfg = self.cfg
-        self.suite = make_suite(cfg)
+        run = self.run
+        self.suite = make_suite(run)
         self._stack.callback(self.suite.stop)
-        self.train_tasks, self.train_seeds, self.eval_tasks, self.eval_seeds = split_tasks(self.suite, cfg)
-        pool_cfg = PoolConfig(num_browsers=int(cfg.env.num_browsers), contexts_per_browser=int(cfg.env.contexts_per_browser))
-        self.pool = await self._stack.enter_async_context(BrowserPool(pool_cfg, self.env_cfg))
+        self.train_tasks, self.train_seeds, self.eval_tasks, self.eval_seeds = split_tasks(self.suite, run)
+        self.pool = await self._stack.enter_async_context(BrowserPool(run.env.pool_config(), self.env_cfg))
         self.version = self.trainer.step
-        engine_cfg = cfg.engine
+        engine_cfg = run.engine
         if engine_cfg.type == "sglang" and engine_cfg.launch and not engine_cfg.checkpoint:
             # a launched server starts on the current policy, exported where it can read it
-            engine_cfg = ml_collections.ConfigDict(engine_cfg.to_dict())
-            engine_cfg.checkpoint = self.trainer.export(os.path.join(cfg.workdir, "engine_init"))
+            engine_cfg = dataclasses.replace(engine_cfg, checkpoint=self.trainer.export(os.path.join(run.workdir, "engine_init")))
         self.engine = make_engine(engine_cfg, params=self.trainer.params, model_cfg=self.trainer.model_cfg,
                                   tokenizer=self.tokenizer, version=self.version)
         self._stack.push_async_callback(self.engine.close)
-        self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg,
-                                   self.rollout_cfg, policy_version=lambda: self.version)
-        self.sampler = TaskSampler(self.train_tasks, self.train_seeds, ratio=_pairs(cfg.env.difficulty_ratio) or None,
-                                   seed=int(cfg.seed) + self.version,
-                                   learnability=cfg.rollout.task_sampling == "learnability")
+        self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg, run.rollout,
+                                   policy_version=lambda: self.version)
+        self.sampler = TaskSampler(self.train_tasks, self.train_seeds, ratio=run.tasks.ratio() or None,
+                                   seed=run.seed + self.version, learnability=run.rollout.task_sampling == "learnability")
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -194,53 +154,65 @@ class OnlineRL:
 
     async def evaluate(self, tasks: list[Any] | None = None, seeds: list[int] | None = None) -> EvalReport:
         return await evaluate(self.engine, self.tokenizer, self.pool, self.env_cfg, tasks or self.eval_tasks,
-                              seeds or self.eval_seeds, self.agent_cfg,
-                              concurrency=self.pool.config.capacity)
+                              seeds or self.eval_seeds, self.agent_cfg, concurrency=self.pool.config.capacity)
 
-    async def iteration(self, it: int) -> IterationLog:
-        """Collect one batch of groups, train on it, sync weights."""
-        cfg = self.cfg
+    # ---- the Source protocol ----------------------------------------------------------------------
+
+    def done(self, trainer: Any) -> int:
+        """Iterations in the restored state; a history record written after the last save (the process died
+        before it) is dropped and that iteration runs again."""
+        done = int(trainer.run_meta.get("rounds", 0))
+        if self.history_file is not None and self.history_file.exists():
+            records = [json.loads(line) for line in self.history_file.read_text().splitlines()]
+            self.history = records[:done]
+            self.history_file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+        return done
+
+    async def next_round(self, it: int) -> Round:
+        """Collect one batch of groups and turn it into the recipe's samples."""
+        run = self.run
         t0 = time.perf_counter()
-        keep = group_filter(self.recipe, cfg)
 
         def accept(group: Group) -> bool:  # every finished group informs the task sampler, kept or not
             self.sampler.record(group.task_id, [bool(t.metadata.get("success")) for t in group.trajectories])
-            return keep(group)
+            return accept_group(self.recipe, group.trajectories, dynamic_sampling=run.train.dynamic_sampling,
+                                reward_source=run.reward.source)
 
         groups, stats = await self.collector.collect(
-            self.sampler, num_groups=int(cfg.rollout.groups_per_iteration), accept=accept,
-            max_groups=int(cfg.rollout.max_groups_per_iteration) or None, agent_for=self._agent_for(it))
+            self.sampler, num_groups=run.rollout.groups_per_iteration, accept=accept,
+            max_groups=run.rollout.max_groups_per_iteration or None, agent_for=self._agent_for(it))
         t_rollout = time.perf_counter() - t0
-        trajs = [t for g in groups for t in g.trajectories]
-        samples = make_samples(self.recipe, trajs, cfg)
+        samples = run_samples(run, [t for g in groups for t in g.trajectories], reward_source=run.reward.source)
         if self.replay is not None:
             self.replay.add_iteration(samples)
-            samples = self.replay.draw(max(len(samples), int(cfg.rollout.replay_samples)))
-        demos = demo_samples(self.demos, cfg, it) if self.demos and samples else []
+            samples = self.replay.draw(max(len(samples), run.rollout.replay_samples))
+        demos = demonstration_samples(self.demos, run, it) if self.demos and samples else []
         samples += demos
         metrics = episode_metrics(groups)
         metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/episodes_tried": float(stats.episodes),
                         "rollout/success_rate_all": stats.successes / max(1, stats.episodes),
                         "rollout/groups_rejected": float(stats.rejected),
-                        "rollout/groups_stale": float(stats.dropped_stale), "time/rollout_s": t_rollout})
+                        "rollout/groups_stale": float(stats.dropped_stale), "time/rollout_s": t_rollout,
+                        "train/samples_used": float(len(samples)),
+                        "train/demonstration_groups": float(len({s.group_id for s in demos}))})
         metrics.update({f"time/{k}_s": v for k, v in stats.time.items()})
-        t1 = time.perf_counter()
-        if samples:
-            train_metrics = await asyncio.to_thread(self.trainer.train_on_samples, samples)
-            metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
-            self.version = self.trainer.step
-            await self.engine.update_weights(self.trainer.params, self.version)
-        metrics["time/train_s"] = time.perf_counter() - t1
+        self._t_train = time.perf_counter()
+        return Round(samples=samples, metrics=metrics)
+
+    async def after_update(self, it: int, trainer: Any, metrics: dict[str, float]) -> None:
+        """Weight sync to the engine, periodic evaluation, the iteration's history record."""
+        if metrics.get("train/samples_used"):
+            self.version = trainer.step
+            await self.engine.update_weights(trainer.params, self.version)
+        metrics["time/train_s"] = time.perf_counter() - self._t_train
         metrics["policy_version"] = float(self.version)
-        metrics["train/samples_used"] = float(len(samples))
-        metrics["train/demo_groups"] = float(len({s.group_id for s in demos}))
-        log = IterationLog(it, metrics)
-        every = int(cfg.rl.eval_every)
+        record: dict[str, Any] = {"iteration": it, "metrics": metrics, "eval": None}
+        every = self.run.rl.eval_every
         if every and (it + 1) % every == 0:
             report = await self.evaluate()
-            log.eval = report.to_dict()
+            record["eval"] = report.to_dict()
             metrics["eval/success_rate"] = report.success_rate
-        self.trainer.log(metrics, prefix="")
-        self.history.append(log)
-        return log
-
+        self.history.append(record)
+        if self.history_file is not None:
+            with self.history_file.open("a") as f:
+                f.write(json.dumps(record) + "\n")

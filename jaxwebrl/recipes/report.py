@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
@@ -124,3 +125,84 @@ def write_report(
     (out / "report.md").write_text("\n".join(md))
     (out / "eval.json").write_text(json.dumps({k: r.to_dict() for k, r in reports.items()}, indent=2))
     return out / "report.md"
+
+
+# ---- the main job's report ---------------------------------------------------------------------------
+
+
+class StageClock:
+    """Seconds spent per stage, summed over every process that worked on this run directory, so a resumed
+    run reports its whole wall time (kept in <workdir>/stage_seconds.json)."""
+
+    def __init__(self, work: Path):
+        self.path = work / "stage_seconds.json"
+        self.seconds: dict[str, float] = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self._t = time.time()
+
+    def lap(self, stage: str) -> float:
+        """Adds the time since the last lap to `stage`; returns the stage's total."""
+        now = time.time()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._t
+        self._t = now
+        self.path.write_text(json.dumps(self.seconds))
+        return self.seconds[stage]
+
+
+def transformers_check(path: str) -> str:
+    """Load the exported policy with transformers and generate greedily: the proof the export is usable."""
+    import torch
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    prompt = tok.apply_chat_template([{"role": "user", "content": 'Task: Click on the "OK" button.'}],
+                                     tokenize=False, add_generation_prompt=True)
+    ids = tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    out = model.generate(ids, max_new_tokens=12, do_sample=False)
+    text = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    return (f"`transformers.AutoModelForCausalLM.from_pretrained({path!r})` loaded "
+            f"{sum(p.numel() for p in model.parameters()):,} parameters ({type(model).__name__}); greedy "
+            f"`generate` on a chat prompt returned: `{text!r}`")
+
+
+def demonstration_subsets(demo_file: Path, reports: Mapping[str, EvalReport]) -> dict[str, set[str]] | None:
+    """The evaluated tasks split by whether BC had demonstrations of them (None when every task had)."""
+    with demo_file.open() as f:
+        demonstrated = {json.loads(line)["task_id"] for line in f if line.strip()}
+    evaluated = {t for r in reports.values() for t in r.per_task}
+    if evaluated <= demonstrated:
+        return None
+    return {"tasks with demonstrations": evaluated & demonstrated, "tasks without demonstrations": evaluated - demonstrated}
+
+
+def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], history: Sequence[Mapping[str, Any]],
+                     seconds: Mapping[str, float], final_policy: str, demo_file: Path | None) -> Path:
+    """The main job's report.md: the tables and plots of `write_report` plus what was run, how long each stage
+    took, what each policy is, and the exported policy loaded back with transformers. Also prints the tables."""
+    t_bc, t_rl, t_eval = (seconds.get(k, 0.0) for k in ("bc", "rl", "eval"))
+    wall = t_bc + t_rl + t_eval
+    bc, rl = run.bc, run.rl
+    context = f", page tokens trained at weight {bc.context_loss_weight}" if bc.context_loss_weight else ""
+    replay = f", each batch replaying {rl.replay_demonstrations} demonstrations" if rl.replay_demonstrations else ""
+    sections = {
+        "Run": (f"recipe `{run.recipe}`, suite `{run.tasks.suite}`, tasks `{run.tasks.train or 'train split'}`; "
+                f"{len(history)} RL iterations x {run.rollout.groups_per_iteration} groups of "
+                f"{run.rollout.group_size}; wall time {wall / 60:.1f} min (demonstrations + BC {t_bc / 60:.1f}, "
+                f"RL {t_rl / 60:.1f}, evaluation {t_eval / 60:.1f}; summed over resumed segments)."),
+        "Policies": (f"random: the freshly initialised model (same tokenizer and size, never trained); BC: "
+                     f"{bc.steps} SFT steps on the scripted solvers' demonstrations "
+                     f"({bc.demonstration_seeds} training seeds per task{context}); RL: BC plus {len(history)} "
+                     f"{run.recipe} iterations{replay}. All play the same {run.report.eval_seeds} held-out test "
+                     "seeds per task with greedy decoding."),
+        "Exported policy": transformers_check(final_policy),
+        "Logs": f"TensorBoard: `tensorboard --logdir {work}` (bc/logs, rl/logs).",
+    }
+    subsets = demonstration_subsets(demo_file, reports) if demo_file is not None else None
+    if subsets:
+        sections["Policies"] += (" Tasks without demonstrations: "
+                                 f"{', '.join(sorted(subsets['tasks without demonstrations']))}; BC meets them "
+                                 "first here and RL learns them from reward alone.")
+    path = write_report(work, reports, history, sections, subsets=subsets)
+    print(success_table(reports))
+    print(paired_table(reports, subsets))
+    return path

@@ -1,7 +1,9 @@
-"""Group advantages, rewards and the recipe-specific trajectory filters (host-side, numpy).
+"""Advantage estimators and trajectory filters (host-side, numpy), each registered by name.
 
 These run between the rollout and sample construction: they set `Trajectory.advantage` (the weight for the
-NLL family) and the turn masks, and drop what a recipe drops. Everything returns new objects.
+NLL family) and the turn masks, and drop what a recipe drops. Everything returns new objects. Recipes
+(`jaxwebrl.recipes.registry`) name the estimator and filters they use; a paper's own filter registers itself
+from its recipe module with `register_filter` (in the spirit of Tunix's `register_advantage_estimator`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import collections
 import copy
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -72,6 +74,48 @@ def drop_zero_variance_groups(trajectories: Sequence[Trajectory]) -> list[Trajec
     return [t for t in trajectories if t.group_id in keep]
 
 
+# ---- registries -----------------------------------------------------------------------------------
+
+# estimator(trajectories, *, scale_by_std, eps) -> trajectories with `advantage` set
+AdvantageEstimator = Callable[..., list[Trajectory]]
+# filter(trajectories, *, group_size) -> the trajectories that train (masks may change)
+TrajectoryFilter = Callable[..., list[Trajectory]]
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+TRAJECTORY_FILTERS: dict[str, TrajectoryFilter] = {}
+
+
+def register_advantage_estimator(name: str, fn: AdvantageEstimator) -> AdvantageEstimator:
+    ADVANTAGE_ESTIMATORS[name] = fn
+    return fn
+
+
+def register_filter(name: str, fn: TrajectoryFilter) -> TrajectoryFilter:
+    TRAJECTORY_FILTERS[name] = fn
+    return fn
+
+
+def _with_advantage(trajectories: Sequence[Trajectory], value: float | None) -> list[Trajectory]:
+    out = []
+    for t in trajectories:
+        t2 = copy.copy(t)
+        t2.advantage = value if value is not None else t.advantage
+        out.append(t2)
+    return out
+
+
+def _group_norm(trajectories: Sequence[Trajectory], scale_by_std: bool = True, eps: float = 1e-6, **_: Any) -> list[Trajectory]:
+    return assign_group_advantages(trajectories, scale_by_std, eps)
+
+
+# group_norm: (R - mean_g) / (std_g + eps), GRPO; constant: weight 1 on what the filters kept (filtered
+# REINFORCE, RFT); given: the records' own advantages (demonstrations, replayed samples).
+register_advantage_estimator("group_norm", _group_norm)
+register_advantage_estimator("constant", lambda ts, **_: _with_advantage(ts, 1.0))
+register_advantage_estimator("given", lambda ts, **_: _with_advantage(ts, None))
+register_filter("drop_zero_variance", lambda ts, **_: drop_zero_variance_groups(ts))
+register_filter("mask_failed", lambda ts, **_: mask_failed(ts))
+
+
 @dataclass
 class DynamicSamplingCollector:
     """Accumulates finished groups until `target_groups` effective (non-zero-variance) groups are held.
@@ -109,68 +153,6 @@ class DynamicSamplingCollector:
         out = [t for g in self.groups for t in g]
         self.groups, self.seen, self.dropped = [], 0, 0
         return out
-
-
-# ---- WebGym: filtered REINFORCE ------------------------------------------------------------------
-
-
-def _digest(turn) -> str:  # type: ignore[no-untyped-def]
-    return turn.observation_digest if turn.observation_digest is not None else turn.observation
-
-
-def webgym_filter(trajectories: Sequence[Trajectory], success_threshold: float = 1.0) -> list[Trajectory]:
-    """WebGym: weight = 1[R = 1] (failed trajectories dropped); a step whose next observation equals its
-    own (the action changed nothing) gets mask 0. Returns trajectories with advantage 1.0."""
-    out = []
-    for t in trajectories:
-        if t.reward < success_threshold:
-            continue
-        t2 = copy.deepcopy(t)
-        for j, turn in enumerate(t2.turns[:-1]):
-            if _digest(turn) == _digest(t2.turns[j + 1]):
-                turn.response_mask = [0] * len(turn.response_ids)
-        t2.advantage = 1.0
-        if t2.num_trained_turns:
-            out.append(t2)
-    return out
-
-
-# ---- BrowserAgent: rejection-sampling fine-tuning selection ----------------------------------------
-
-
-def rft_select(trajectories: Sequence[Trajectory], k: int, success_threshold: float = 1.0) -> list[Trajectory]:
-    """BrowserAgent RFT: per task with k rollouts keep tasks with 0 < #correct < k, drop malformed
-    rollouts, and take the correct rollout with the most steps (advantage 1.0 = plain SFT weight)."""
-    by_task: dict[str, list[Trajectory]] = collections.defaultdict(list)
-    for t in trajectories:
-        by_task[t.task_id].append(t)
-    out = []
-    for ts in by_task.values():
-        correct = [t for t in ts if t.reward >= success_threshold]
-        if not 0 < len(correct) < k:
-            continue
-        wellformed = [t for t in correct if all(turn.format_ok for turn in t.turns)]
-        if not wellformed:
-            continue
-        best = max(wellformed, key=lambda t: len(t.turns))  # max keeps the first of equal lengths
-        t2 = copy.copy(best)
-        t2.advantage = 1.0
-        out.append(t2)
-    return out
-
-
-# ---- OpenWebRL reward ------------------------------------------------------------------------------
-
-
-def openwebrl_reward(traj: Trajectory, judge_success: bool | None) -> float:
-    """+1 judged success, -1 when the episode was aborted for repeated format errors, else 0.
-
-    The judge only runs (judge_success is not None) when the episode ended with done(answer)."""
-    if traj.termination in ("format_error", "format_errors"):
-        return -1.0
-    if traj.termination in ("done", "answer", "task_done") and judge_success:
-        return 1.0
-    return 0.0
 
 
 def mask_failed(trajectories: Sequence[Trajectory], reasons: Iterable[str] = ("judge_error", "sandbox_failure", "init_failure", "env_step_error", "env_error", "timeout")) -> list[Trajectory]:

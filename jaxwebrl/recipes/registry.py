@@ -1,0 +1,104 @@
+"""One registry of recipes: a recipe is a name plus the registered parts it composes.
+
+A `Recipe` names its reward (how a finished episode is scored), the trajectory filters that run on a
+rollout batch (in order), its advantage estimator, and the paper's sample cut and loss normalisation. Each
+part is looked up by name in a small registry (`REWARDS` here; `TRAJECTORY_FILTERS` and
+`ADVANTAGE_ESTIMATORS` in `jaxwebrl.train.advantages`), so adding a paper is one module in this package that
+registers its parts and its recipe, plus a config (and a line in `papers.py`, which loads them all and
+looks recipes up by name). Nothing else in the code branches on a recipe's name.
+
+Demonstrations (`data.kind='sft'`) train as they are: filters and advantages apply to rollouts
+(`data.kind='trajectories'` from saved records, or `'online'`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+from jaxwebrl.data.records import Trajectory
+from jaxwebrl.data.samples import Sample, build_samples
+from jaxwebrl.train.advantages import ADVANTAGE_ESTIMATORS, TRAJECTORY_FILTERS, has_reward_variance
+
+# reward(trajectory) -> float, from what the episode recorded (the rule evaluator's `success`, termination).
+RewardFn = Callable[[Trajectory], float]
+REWARDS: dict[str, RewardFn] = {}
+
+
+def register_reward(name: str, fn: RewardFn) -> RewardFn:
+    REWARDS[name] = fn
+    return fn
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    name: str
+    reward: str  # REWARDS key
+    filters: tuple[str, ...]  # TRAJECTORY_FILTERS keys, applied in order to a rollout batch
+    advantage: str  # ADVANTAGE_ESTIMATORS key
+    per: str  # the paper's sample cut (configs set data.per to it)
+    norm: str  # the paper's normalisation (configs set data.norm to it)
+    online: bool = True  # has an online RL loop (False: trains on demonstration files only)
+
+
+RECIPES: dict[str, Recipe] = {}
+
+
+def register_recipe(recipe: Recipe) -> Recipe:
+    for part, table in ((recipe.reward, REWARDS), (recipe.advantage, ADVANTAGE_ESTIMATORS)):
+        if part not in table:
+            raise ValueError(f"recipe {recipe.name!r} names {part!r}, which is not registered")
+    for f in recipe.filters:
+        if f not in TRAJECTORY_FILTERS:
+            raise ValueError(f"recipe {recipe.name!r} names filter {f!r}, which is not registered")
+    RECIPES[recipe.name] = recipe
+    return recipe
+
+
+# ---- rewards every recipe may use ----------------------------------------------------------------
+
+
+def success_reward(t: Trajectory) -> float:
+    """Binary task success (the papers' outcome reward)."""
+    return 1.0 if t.metadata.get("success") else 0.0
+
+
+def raw_reward(t: Trajectory) -> float:
+    """The environment's own reward (MiniWoB++: +1 / -1 / partial)."""
+    return float(t.metadata.get("raw_reward", 0.0))
+
+
+register_reward("success", success_reward)
+register_reward("raw", raw_reward)
+
+
+# ---- applying a recipe -----------------------------------------------------------------------------
+
+
+def assign_rewards(recipe: Recipe, trajectories: Sequence[Trajectory], source: str = "rule") -> None:
+    """Set each trajectory's reward: the recipe's (`source='rule'`), or the environment's raw one."""
+    fn = REWARDS["raw"] if source == "raw" else REWARDS[recipe.reward]
+    for t in trajectories:
+        t.reward = fn(t)
+
+
+def accept_group(recipe: Recipe, trajectories: Sequence[Trajectory], *, dynamic_sampling: bool,
+                 reward_source: str = "rule") -> bool:
+    """Dynamic sampling: keep a finished group only when its rewards differ (else it teaches GRPO nothing)."""
+    if not dynamic_sampling:
+        return True
+    assign_rewards(recipe, trajectories, reward_source)
+    return has_reward_variance(trajectories)
+
+
+def rollout_samples(recipe: Recipe, trajectories: Sequence[Trajectory], *, per: str, norm: str, max_len: int,
+                    group_size: int, dynamic_sampling: bool = False, scale_adv_by_std: bool = True,
+                    adv_eps: float = 1e-6) -> list[Sample]:
+    """Rewarded rollouts -> the recipe's filters -> dynamic sampling (optional) -> advantages -> samples."""
+    trajs = list(trajectories)
+    for name in recipe.filters:
+        trajs = TRAJECTORY_FILTERS[name](trajs, group_size=group_size)
+    if dynamic_sampling:
+        trajs = TRAJECTORY_FILTERS["drop_zero_variance"](trajs, group_size=group_size)
+    trajs = ADVANTAGE_ESTIMATORS[recipe.advantage](trajs, scale_by_std=scale_adv_by_std, eps=adv_eps)
+    return build_samples(trajs, per=per, norm=norm, max_len=max_len)
