@@ -42,20 +42,22 @@ def _as_hf(path: str) -> str:
 def main(argv: list[str]) -> None:
     del argv
     sys.path.insert(0, ROOT)
+    from jaxwebrl.config import parse_config
+    from jaxwebrl.recipes.main_job import evaluate_checkpoints
     from jaxwebrl.recipes.report import paired_table, success_table, write_report
-    from jaxwebrl.recipes.run import evaluate_checkpoints
 
     cfg = _CONFIG.value
     if _SUITE.value:
-        cfg.env.suite = _SUITE.value
+        cfg.tasks.suite = _SUITE.value
     if _TASKS.value is not None:
-        cfg.env.tasks = _TASKS.value
-        cfg.env.eval_tasks = _TASKS.value
+        cfg.tasks.train = _TASKS.value
+        cfg.tasks.eval = _TASKS.value
+    run = parse_config(cfg)
     policies = {}
     for ck in _CKPT.value:
         name = Path(ck).name if Path(ck).name not in ("hf", "checkpoints") else Path(ck).parent.name + "/" + Path(ck).name
         policies[name] = _as_hf(ck)
-    reports = asyncio.run(evaluate_checkpoints(cfg, policies, int(_EPISODES.value)))
+    reports = asyncio.run(evaluate_checkpoints(run, policies, int(_EPISODES.value)))
     out = _OUT.value or os.path.join(os.path.dirname(os.path.abspath(_CKPT.value[0])), "eval_report")
     path = write_report(out, reports, title=f"Evaluation of {', '.join(policies)}")
     print(success_table(reports))

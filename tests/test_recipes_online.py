@@ -18,7 +18,7 @@ import pytest
 from ml_collections import config_flags  # noqa: F401  (configs are plain modules)
 from safetensors.numpy import load_file
 
-from jaxwebrl.train.config import apply_quick, validate_config
+from jaxwebrl.config import apply_quick, parse_config, validate_config, with_changes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,15 +34,16 @@ def _load_config(name: str):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    from jaxwebrl.recipes.run import run_online
+    from jaxwebrl.recipes.main_job import run_main_job
 
     cfg = _load_config("grpo_local")
     cfg.quick = True
     cfg = apply_quick(cfg)
     cfg.workdir = str(tmp_path_factory.mktemp("grpo_local_quick"))
     cfg.log.progress = False
+    cfg = parse_config(cfg)
     validate_config(cfg, 1)
-    summary = run_online(cfg)
+    summary = run_main_job(cfg)
     return cfg, summary
 
 
@@ -50,7 +51,7 @@ def test_quick_main_job_end_to_end(quick_run):
     cfg, summary = quick_run
     work = Path(cfg.workdir)
     # stage outputs
-    assert (work / "bc_demos.jsonl").stat().st_size > 0
+    assert (work / "demonstrations.jsonl").stat().st_size > 0
     for d in ("policy_init", "bc/hf", "rl/hf"):
         assert (work / d / "config.json").exists() and (work / d / "tokenizer.json").exists(), d
     # the report: three policies, per task and overall, plots, exported model loaded by transformers
@@ -63,7 +64,7 @@ def test_quick_main_job_end_to_end(quick_run):
     for png in ("rl_curves.png", "per_task_success.png"):
         assert (work / png).stat().st_size > 1000
     evals = json.loads((work / "eval.json").read_text())
-    n_tasks = len(cfg.env.tasks.split(","))
+    n_tasks = len(cfg.tasks.train_names)
     for name in ("random", "BC", "RL"):
         assert evals[name]["episodes"] == n_tasks * int(cfg.report.eval_seeds)
     # TensorBoard event files for both training stages
@@ -89,15 +90,14 @@ def test_bc_rows_shorter_than_a_demonstration_are_refused(quick_run, tmp_path):
     """Packing would cut the response off a sample longer than the row: the run stops and names the field."""
     import shutil
 
-    from jaxwebrl.recipes.run import behaviour_cloning
+    from jaxwebrl.recipes.main_job import behaviour_cloning
 
     cfg, _ = quick_run
     work = tmp_path / "run"
     work.mkdir()
-    shutil.copy(Path(cfg.workdir) / "bc_demos.jsonl", work)
+    shutil.copy(Path(cfg.workdir) / "demonstrations.jsonl", work)
     shutil.copytree(Path(cfg.workdir) / "policy_init", work / "policy_init")
-    bad = cfg.copy_and_resolve_references()
-    bad.workdir, bad.bc.seq_len = str(work), 64
+    bad = with_changes(cfg, **{"workdir": str(work), "bc.seq_len": 64})
     with pytest.raises(ValueError, match=r"bc.seq_len=64 is shorter than the longest demonstration sample"):
         behaviour_cloning(bad)
     assert not (work / "bc").exists()  # nothing trained, the demonstrations kept for the fixed rerun
@@ -114,7 +114,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
     cfg, _ = quick_run
     work = tmp_path / "run"
     shutil.copytree(cfg.workdir, work)  # BC done, RL iteration 0 checkpointed
-    demos_mtime = (work / "bc_demos.jsonl").stat().st_mtime
+    demos_mtime = (work / "demonstrations.jsonl").stat().st_mtime
     history_file = work / "rl" / "history.jsonl"
     cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "--config", str(ROOT / "configs" / "grpo_local.py"),
            "--config.quick=true", f"--config.workdir={work}", "--config.rl.iterations=3",
@@ -141,16 +141,16 @@ def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
     assert [h["iteration"] for h in history] == [0, 1, 2]  # none repeated, none lost
     versions = [h["metrics"]["policy_version"] for h in history]
     assert versions == sorted(versions) and versions[-1] > versions[0]
-    assert (work / "bc_demos.jsonl").stat().st_mtime == demos_mtime  # BC was not redone
+    assert (work / "demonstrations.jsonl").stat().st_mtime == demos_mtime  # BC was not redone
     from jaxwebrl.train.checkpoint import Checkpointer
 
     ck = Checkpointer(str(work / "rl" / "checkpoints"))
-    assert ck.read_meta()["run"]["rl_iterations"] == 3
+    assert ck.read_meta()["run"]["rounds"] == 3
 
 
 @pytest.mark.parametrize("config_name", ["grpo_tpu", "grpo_openwebrl", "reinforce_webgym", "rft_browseragent"])
 def test_each_recipe_runs_one_iteration_from_its_config(quick_run, config_name, tmp_path):
-    from jaxwebrl.recipes.run import reinforcement_learning
+    from jaxwebrl.recipes.main_job import reinforcement_learning
 
     base, _ = quick_run
     cfg = _load_config(config_name)
@@ -160,9 +160,10 @@ def test_each_recipe_runs_one_iteration_from_its_config(quick_run, config_name, 
     cfg.multihost = False
     cfg.model.source, cfg.model.path = "hf", str(Path(base.workdir) / "bc" / "hf")
     cfg.model.dtype, cfg.model.param_dtype, cfg.model.remat = "float32", "float32", False
-    cfg.env.suite, cfg.env.tasks, cfg.env.text_mode = "miniwob", "click-button", "axtree"
+    cfg.tasks.suite, cfg.tasks.train, cfg.env.text_mode = "miniwob", "click-button", "axtree"
     cfg.env.text_budget_chars, cfg.env.num_browsers, cfg.env.contexts_per_browser = 600, 1, 4
-    cfg.env.difficulty_ratio = ""
+    cfg.tasks.difficulty_ratio = ""
+    cfg.rollout.horizon_schedule = ""
     cfg.agent.max_steps, cfg.agent.max_new_tokens, cfg.agent.max_context_tokens = 2, 16, 1024
     cfg.rollout.group_size = 2
     cfg.rollout.groups_per_iteration, cfg.rollout.max_concurrent_groups = 1, 1
@@ -173,6 +174,7 @@ def test_each_recipe_runs_one_iteration_from_its_config(quick_run, config_name, 
     cfg.train.seq_len, cfg.train.micro_batch, cfg.train.accum_steps, cfg.train.logits_chunk = 1024, 2, 1, 0
     cfg.rl.iterations, cfg.rl.eval_every = 1, 0
     cfg.log.progress = False
+    cfg = parse_config(cfg)
     validate_config(cfg, 1)
     assert (cfg.recipe, cfg.agent.strategy, cfg.agent.prompt_format, cfg.env.action_space, cfg.loss.kind) == paper
     final, history = reinforcement_learning(cfg, None)

@@ -9,7 +9,7 @@ from jaxwebrl.data.records import Trajectory, Turn
 from jaxwebrl.data.samples import build_samples
 from jaxwebrl.models import init_params, load_hf
 from jaxwebrl.models.tiny import tiny_config
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config, parse_config
 from jaxwebrl.train.trainer import Trainer
 
 MC = tiny_config("qwen3", vocab_size=128, hidden_size=32, intermediate_size=64, num_heads=2, num_kv_heads=1, head_dim=16)
@@ -53,7 +53,7 @@ def test_resume_bitwise(tmp_path):
     params = init_params(MC, jax.random.key(0))
     c = _config(tmp_path / "straight")
     c.checkpoint.every = 100
-    a = Trainer(c, params=params, model_cfg=MC)
+    a = Trainer(parse_config(c), params=params, model_cfg=MC)
     it = _iterator()
     a.attach_data(it)
     straight_batches = _run(a, it, 10)
@@ -62,7 +62,7 @@ def test_resume_bitwise(tmp_path):
 
     c = _config(tmp_path / "resumed")
     c.checkpoint.every = 5
-    b = Trainer(c, params=params, model_cfg=MC)
+    b = Trainer(parse_config(c), params=params, model_cfg=MC)
     it = _iterator()
     b.attach_data(it)
     first = _run(b, it, 5)
@@ -71,7 +71,7 @@ def test_resume_bitwise(tmp_path):
 
     c = _config(tmp_path / "resumed", resume=True)
     c.checkpoint.every = 5
-    r = Trainer(c, params=init_params(MC, jax.random.key(42)), model_cfg=MC)  # different init: must be overwritten
+    r = Trainer(parse_config(c), params=init_params(MC, jax.random.key(42)), model_cfg=MC)  # different init: must be overwritten
     assert r.step == 5
     it = _iterator()
     r.attach_data(it)  # the restored iterator state is applied here
@@ -93,7 +93,7 @@ def test_export_checkpoint(tmp_path):
 
     cfg, params = make_tiny_checkpoint(tmp_path / "tiny", MC.replace(vocab_size=512))
     c = _config(tmp_path / "run")
-    t = Trainer(c, params=params, model_cfg=cfg, tokenizer_dir=str(tmp_path / "tiny"))
+    t = Trainer(parse_config(c), params=params, model_cfg=cfg, tokenizer_dir=str(tmp_path / "tiny"))
     t.save(force=True)
     t.close()
     root = Path(__file__).resolve().parents[1]

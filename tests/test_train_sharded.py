@@ -22,7 +22,7 @@ from jaxwebrl.models import init_params
 from jaxwebrl.models.tiny import tiny_config
 from jaxwebrl.sharding import make_mesh
 from jaxwebrl.train.advantages import assign_group_advantages
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config, parse_config
 from jaxwebrl.train.trainer import Trainer
 from jaxwebrl.train.step import grads_and_metrics
 
@@ -43,7 +43,7 @@ out = {}
 for name, mesh in [("single", make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])),
                    ("sharded", make_mesh({"data": 2, "fsdp": 4, "tensor": 1}))]:
     c.mesh = dict(mesh.shape)
-    t = Trainer(c, mesh=mesh, params=params, model_cfg=mc, checkpointing=False)
+    t = Trainer(parse_config(c), mesh=mesh, params=params, model_cfg=mc, checkpointing=False)
     # the gradient of one batch (the step's math), then one optimizer step
     (host,) = pack_samples(samples, 32, t.rows, seed=0)
     dev, _ = t._prepare(host, True)

@@ -12,7 +12,7 @@ from jaxwebrl.models import init_params
 from jaxwebrl.models.tiny import tiny_config
 from jaxwebrl.sharding import make_mesh
 from jaxwebrl.train.advantages import assign_group_advantages
-from jaxwebrl.train.config import default_config
+from jaxwebrl.config import default_config, parse_config
 from jaxwebrl.train.losses import LossConfig
 from jaxwebrl.train.step import StepConfig, grads_and_metrics
 from jaxwebrl.train.trainer import Trainer
@@ -41,7 +41,7 @@ def test_sft_overfits_tiny_batch(tmp_path):
     c = _config(tmp_path, micro_batch=2)
     c.optim.lr = 1e-2
     (batch,) = pack_samples(build_samples(_trajs(2), per="turn"), 32, 2, shuffle=False)
-    tr = Trainer(c, params=init_params(MC, jax.random.key(0)), model_cfg=MC, checkpointing=False)
+    tr = Trainer(parse_config(c), params=init_params(MC, jax.random.key(0)), model_cfg=MC, checkpointing=False)
     first = tr.train_on_batch(batch)["loss"]
     for _ in range(60):
         last = tr.train_on_batch(batch)["loss"]
@@ -71,7 +71,7 @@ def test_grpo_train_on_samples(tmp_path):
     c.loss.kind = "grpo"
     c.loss.beta = 0.001
     c.optim.lr = 1e-3
-    tr = Trainer(c, params=init_params(MC, jax.random.key(0)), model_cfg=MC, checkpointing=False)
+    tr = Trainer(parse_config(c), params=init_params(MC, jax.random.key(0)), model_cfg=MC, checkpointing=False)
     samples = build_samples(assign_group_advantages(_trajs(8, groups=2)), per="turn", norm="per_turn")
     m = tr.train_on_samples(samples)
     assert m["optimizer_steps"] == 2  # 8 samples of 32 tokens in 64-token rows: 4 rows = 1 step, x 2 epochs

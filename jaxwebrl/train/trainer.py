@@ -1,4 +1,4 @@
-"""`Trainer`: the library face of training, used by scripts/train.py and the online RL loop.
+"""`Trainer`: the library face of training, driven by the one training loop (`jaxwebrl.train.loop`).
 
 It holds the mesh, the sharded train state, the optimizer, the frozen reference params, the checkpoint
 manager and the metrics writer. Two entry points:
@@ -15,55 +15,49 @@ writes a HuggingFace directory.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import time
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from jaxwebrl.data.pipeline import Batch, DataIterator, bucket_length, pack_samples, power_of_two_buckets, to_device
 from jaxwebrl.data.samples import Sample
 from jaxwebrl.models import ModelConfig, export_hf, init_params, load_hf
+from jaxwebrl.models.setup import ModelSetup
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
 from jaxwebrl.sharding import make_mesh
 from jaxwebrl.train.checkpoint import Checkpointer, model_config_to_json
-from jaxwebrl.train.config import checkpoint_dir, model_config_from
-from jaxwebrl.train.losses import LossConfig
 from jaxwebrl.train.metrics import MetricsWriter, mfu, peak_flops_per_chip
-from jaxwebrl.train.optim import make_optimizer
+from jaxwebrl.train.optim import OptimConfig, make_optimizer
 from jaxwebrl.train.step import (
     REF_KEY, StepConfig, abstract_state, init_state, make_score_fn, make_train_step, param_shardings,
 )
 
 
-def resolve_model(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> tuple[ModelConfig, Any, str | None]:
-    """(model config, sharded params, tokenizer dir) for config.model.source = hf | tiny | inline."""
-    m = config.model
-    numerics = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, scan_layers=m.scan_layers)
+def resolve_model(m: ModelSetup, mesh: jax.sharding.Mesh, workdir: str, seed: int) -> tuple[ModelConfig, Any, str | None]:
+    """(model config, sharded params, tokenizer dir) for `model.source` = hf | tiny | inline."""
     if m.source == "inline":
-        cfg = model_config_from(config)
+        cfg = m.model_config()
         sh = param_shardings(cfg, mesh)
-        params = jax.jit(lambda k: init_params(cfg, k), out_shardings=sh)(jax.random.key(config.seed))
+        params = jax.jit(lambda k: init_params(cfg, k), out_shardings=sh)(jax.random.key(seed))
         return cfg, params, None
     path = m.path
     if m.source == "tiny":
-        path = path or os.path.join(config.workdir, "tiny_model")
+        path = path or os.path.join(workdir, "tiny_model")
         if not os.path.isfile(os.path.join(path, "config.json")) and jax.process_index() == 0:
-            shape = dict(m.shape.to_dict()) if m.shape else {}
-            make_tiny_checkpoint(path, tiny_config(m.arch, **shape), seed=config.seed)
-    cfg, params = load_hf(path, mesh=mesh, **numerics)
+            make_tiny_checkpoint(path, tiny_config(m.arch, **m.shape_overrides()), seed=seed)
+    cfg, params = load_hf(path, mesh=mesh, **m.numerics)
     return cfg, params, path
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_fns(step_cfg: StepConfig, optim_json: str, total_steps: int, mesh: jax.sharding.Mesh) -> tuple[Any, ...]:
+def _compiled_fns(step_cfg: StepConfig, optim: OptimConfig, total_steps: int, mesh: jax.sharding.Mesh) -> tuple[Any, ...]:
     """(tx, schedule, train step, score fn), shared by Trainers with the same setup so a process that
     rebuilds its Trainer (resume, the RL loop) compiles each program once."""
-    tx, schedule = make_optimizer(ml_collections.ConfigDict(json.loads(optim_json)), total_steps)
+    tx, schedule = make_optimizer(optim, total_steps)
     return tx, schedule, make_train_step(step_cfg, tx, mesh, schedule), make_score_fn(step_cfg, mesh)
 
 
@@ -72,24 +66,25 @@ def _floats(tree: dict[str, Any]) -> dict[str, float]:
 
 
 class Trainer:
-    """See the module docstring. `params`/`model_cfg` may be given directly (tests, the RL loop)."""
+    """See the module docstring. `config` is a `jaxwebrl.config.RunConfig`; `params`/`model_cfg` may be given
+    directly (tests, the RL loop)."""
 
-    def __init__(self, config: ml_collections.ConfigDict, *, mesh: jax.sharding.Mesh | None = None,
+    def __init__(self, config: Any, *, mesh: jax.sharding.Mesh | None = None,
                  params: Any = None, model_cfg: ModelConfig | None = None, tokenizer_dir: str | None = None,
                  total_steps: int | None = None, checkpointing: bool = True):
         self.config = config
-        self.mesh = mesh or make_mesh(config.mesh.to_dict())
+        self.mesh = mesh or make_mesh(config.mesh)
         if params is None:
-            self.model_cfg, params, self.tokenizer_dir = resolve_model(config, self.mesh)
+            self.model_cfg, params, self.tokenizer_dir = resolve_model(config.model, self.mesh, config.workdir, config.seed)
         else:
             assert model_cfg is not None, "pass model_cfg with params"
             self.model_cfg, self.tokenizer_dir = model_cfg, tokenizer_dir
-        self.loss_cfg = LossConfig(**config.loss.to_dict())
-        self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=int(config.train.logits_chunk))
+        self.loss_cfg = config.loss
+        self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=config.train.logits_chunk)
         self.tx, self.schedule, self._step, self._score = _compiled_fns(
-            self.step_cfg, config.optim.to_json(sort_keys=True), total_steps or int(config.train.steps), self.mesh)
-        self.accum = int(config.train.accum_steps)
-        self.rows = self.accum * int(config.train.micro_batch)
+            self.step_cfg, config.optim, total_steps or config.train.steps, self.mesh)
+        self.accum = config.train.accum_steps
+        self.rows = config.train.rows
         with jax.set_mesh(self.mesh):
             self.state = init_state(params, self.tx, self.mesh, self.model_cfg, seed=int(config.seed))
         self.ref_params = self._reference(params) if self.loss_cfg.needs_reference else None
@@ -97,16 +92,16 @@ class Trainer:
         self.checkpointer = None
         if checkpointing:
             ck = config.checkpoint
-            self.checkpointer = Checkpointer(checkpoint_dir(config), keep=int(ck.keep), best_metric=ck.best_metric,
-                                             best_mode=ck.best_mode, async_save=bool(ck.async_save))
-        self.writer = MetricsWriter(config.log.dir or os.path.join(config.workdir, "logs"), bool(config.log.tensorboard))
+            self.checkpointer = Checkpointer(config.checkpoint_dir, keep=ck.keep, best_metric=ck.best_metric,
+                                             best_mode=ck.best_mode, async_save=ck.async_save)
+        self.writer = MetricsWriter(config.log_dir, config.log.tensorboard)
         self.data_iterator: DataIterator | None = None
         self._pending_data_state: dict[str, Any] | None = None
         self.last_metrics: dict[str, float] = {}
         # The caller's own progress (e.g. RL iterations done), saved with each checkpoint and restored with it,
         # so a resumed loop knows exactly which of its steps the restored state includes.
         self.run_meta: dict[str, Any] = {}
-        self._peak = peak_flops_per_chip(float(config.hardware.peak_flops))
+        self._peak = peak_flops_per_chip(config.hardware.peak_flops)
         if checkpointing and config.checkpoint.resume:
             self.restore()
 
@@ -213,8 +208,10 @@ class Trainer:
         metrics = {k: v for k, v in self.last_metrics.items() if np.isfinite(v)} or None
         return self.checkpointer.save(self.step, self.state, data, self.meta(), metrics, force=force)
 
+
     def maybe_save(self) -> bool:
-        every = int(self.config.checkpoint.every)
+        """Save when the step is a multiple of `checkpoint.every` (0 = never)."""
+        every = self.config.checkpoint.every
         return bool(every) and self.step % every == 0 and self.save()
 
     def restore(self, step: int | None = None) -> int:
