@@ -1,6 +1,6 @@
 """Convert any training checkpoint to a HuggingFace directory (config.json, safetensors, tokenizer).
 
-  python scripts/export_hf.py --checkpoint runs/sft_demo/checkpoints [--step 40] --out /tmp/hf [--dtype bfloat16]
+  python scripts/export_hf.py --checkpoint runs/sft_synthetic/checkpoints [--step 40] --out /tmp/hf [--dtype bfloat16]
 
 The model config and tokenizer dir are read from the checkpoint's `meta` item, so no training config is
 needed; only the params are restored (a partial restore: optimizer state is never read).

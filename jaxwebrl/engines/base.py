@@ -76,11 +76,6 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         return self.greedy or self.temperature < 1e-6
 
-    @property
-    def logprob_temperature(self) -> float:
-        """The T of the logprob convention in the module doc."""
-        return 1.0 if self.is_greedy else float(self.temperature)
-
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
@@ -99,10 +94,6 @@ class Generation:
     final_policy_version: int
     request_id: str = ""
     engine: str = ""
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
 
 
 WeightsSource = Any | str | os.PathLike[str]  # a params tree, or a HF checkpoint directory

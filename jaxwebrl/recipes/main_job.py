@@ -27,7 +27,6 @@ from tqdm.auto import tqdm
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.pipeline import DataIterator, PipelineConfig, make_dataset, trajectory_files_dataset
 from jaxwebrl.data.records import write_jsonl
-from jaxwebrl.engines.jax_engine import JaxEngine
 from jaxwebrl.fields import with_changes
 from jaxwebrl.models import export_hf, init_params, load_tokenizer
 from jaxwebrl.models.tokenizer import train_tokenizer
@@ -181,6 +180,8 @@ def reinforcement_learning(run: RunConfig, start_dir: str | None) -> tuple[str, 
 
 async def evaluate_checkpoints(run: RunConfig, policies: dict[str, str], eval_seeds: int) -> dict[str, EvalReport]:
     """Greedy evaluation of HF policy directories on the run's held-out tasks and `eval_seeds` test seeds."""
+    from jaxwebrl.engines.jax_engine import JaxEngine  # imported when used: it registers a JAX compile listener
+
     suite = make_suite(run)
     reports = {}
     try:
