@@ -239,6 +239,7 @@ class ModelConfig:
                 f"config.json field partial_rotary_factor={prf!r} is not supported; supported: "
                 f"{REFUSED_FIELDS['partial_rotary_factor'][1]}"
             )
+        _check_rope(rope)
         if rope.get("rope_type", "default") == "default":
             rope = {}
         bias = True if family == "qwen2" else bool(parsed.attention_bias)
