@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jax
@@ -33,13 +34,19 @@ FAMILIES = {
     "qwen2_bias": lambda: transformers.Qwen2Config(**COMMON, rope_theta=1e6, tie_word_embeddings=True),
     "qwen3_tied": lambda: transformers.Qwen3Config(**COMMON, head_dim=32, tie_word_embeddings=True),
     "qwen3_untied": lambda: transformers.Qwen3Config(**COMMON, head_dim=16, tie_word_embeddings=False),
+    # Not SiLU: the activation is read from config.json and written back on export (it used to run as SiLU).
+    "llama_gelu": lambda: transformers.LlamaConfig(**COMMON, head_dim=16, hidden_act="gelu", attention_bias=True),
+    # Qwen3's attention_bias puts a bias on o_proj too.
+    "qwen3_bias_gelu_tanh": lambda: transformers.Qwen3Config(**COMMON, head_dim=16, hidden_act="gelu_pytorch_tanh",
+                                                             attention_bias=True),
 }
+ARCHITECTURE = {"llama3_scaled": "LlamaForCausalLM", "llama_gelu": "LlamaForCausalLM", "qwen2_bias": "Qwen2ForCausalLM"}
 
 
 def _hf_model(name: str, path: Path) -> torch.nn.Module:
     torch.manual_seed(0)
     hf_cfg = FAMILIES[name]()
-    hf_cfg.architectures = [{"llama3_scaled": "LlamaForCausalLM", "qwen2_bias": "Qwen2ForCausalLM"}.get(name, "Qwen3ForCausalLM")]
+    hf_cfg.architectures = [ARCHITECTURE.get(name, "Qwen3ForCausalLM")]
     model = transformers.AutoModelForCausalLM.from_config(hf_cfg).float().eval()
     with torch.no_grad():  # random non-trivial norms and biases, so every tensor matters
         for pname, p in model.named_parameters():
@@ -112,6 +119,8 @@ def test_export_loads_in_transformers_and_round_trips(hf_checkpoint, tmp_path):
     out = export_hf(cfg, params, tmp_path / "export")
     for fname in ("config.json", "generation_config.json", "model.safetensors"):
         assert (out / fname).exists(), fname
+    exported_cfg = json.loads((out / "config.json").read_text())
+    assert exported_cfg["hidden_act"] == json.loads((path / "config.json").read_text())["hidden_act"] == cfg.hidden_act
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     tokens, mask, positions = _batch()
     a = _torch_logits(model, tokens, mask, positions)
@@ -182,6 +191,32 @@ def test_bad_tensors_are_named(tmp_path, edit, message):
     _rewrite(tmp_path, edit)
     with pytest.raises(CheckpointError, match=message):
         load_hf(tmp_path)
+
+
+def _sharded(tmp_path: Path) -> Path:
+    _, params = make_tiny_checkpoint(tmp_path / "single", tiny_config("qwen3"))
+    return export_hf(tiny_config("qwen3"), params, tmp_path / "sharded", max_shard_bytes=40_000)
+
+
+def test_index_tensor_missing_from_its_shard_is_named(tmp_path):
+    out = _sharded(tmp_path)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    name = "model.layers.1.mlp.up_proj.weight"
+    shard = out / index["weight_map"][name]
+    tensors = load_file(str(shard))
+    del tensors[name]
+    save_file(tensors, str(shard))
+    with pytest.raises(CheckpointError, match=rf"lists tensor\(s\) \['{re.escape(name)}'\] in shard '{shard.name}', which does not contain them.*re-download or re-export"):
+        load_hf(out)
+
+
+def test_index_pointing_at_a_missing_shard_is_named(tmp_path):
+    out = _sharded(tmp_path)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    shard = sorted(set(index["weight_map"].values()))[1]
+    (out / shard).unlink()
+    with pytest.raises(CheckpointError, match=rf"to shard '{shard}', which is missing from .*copy the missing shard or re-download"):
+        load_hf(out)
 
 
 def test_iter_hf_tensors_names_match_transformers(tmp_path):

@@ -70,3 +70,23 @@ def test_openwebrl_reward_and_failures():
     assert openwebrl_reward(_traj("a", 0, termination="max_steps"), None) == 0.0
     (t,) = mask_failed([_traj("a", 0, termination="judge_error")])
     assert t.turns[0].mask == [0, 0]
+
+
+def test_masked_trajectories_do_not_enter_group_statistics():
+    # Group g: A=1, B=0, C=1 but C ended in env_error (mask 0): mean .5, std .5 over A and B -> +1, -1; C gets 0.
+    # (Counting C would give mean 2/3, std .471 -> A +.71, B -1.41.) Group h: D=0, E=1 (judge_error) -> D alone, 0.
+    ts = mask_failed([_traj("g", 1), _traj("g", 0), _traj("g", 1, termination="env_error"),
+                      _traj("h", 0), _traj("h", 1, termination="judge_error")])
+    assert [t.num_trained_turns for t in ts] == [1, 1, 0, 1, 0]
+    adv = assign_group_advantages(ts, eps=0.0)
+    assert [t.advantage for t in adv] == [1.0, -1.0, 0.0, 0.0, 0.0]
+    adv = assign_group_advantages(ts, scale_by_std=False)  # Dr. GRPO: mean only
+    assert [t.advantage for t in adv] == [0.5, -0.5, 0.0, 0.0, 0.0]
+    np.testing.assert_allclose(group_advantages([1, 0, 1], ["g"] * 3, eps=0.0, present=[True, True, False]),
+                               [1.0, -1.0, 0.0])
+    # Dynamic sampling: group h's only disagreement is its masked member, so it carries no signal.
+    assert [t.task_id for t in drop_zero_variance_groups(ts)] == ["g", "g", "g"]
+    c = DynamicSamplingCollector(target_groups=1, group_size=2)
+    assert not c.add(ts[3:]) and c.dropped == 1
+    with pytest.raises(ValueError, match="present has 2 entries for 3 rewards"):
+        group_advantages([1, 0, 1], ["g"] * 3, present=[True, False])

@@ -150,3 +150,63 @@ def test_compressed_history_needs_history_ids():
     a.turns[0].history_ids = [5, 99]  # the compressed form the agent kept
     (s,) = build_samples([a], per="trajectory")
     assert s.tokens.tolist() == [5, 99, 7, 8, 9, 10]
+
+
+# ---- masked trajectories (env_error / judge_error): they do not exist for the update ------------------
+# OpenWebRL: "samples [...] marked for removal from optimization [...] have their loss mask zeroed". So a
+# masked trajectory is not counted in G_i and the M-GRPO denominator is exactly the number of groups.
+# Batch: group g = A, B (as above) + C (env_error, tokens with NLL 100 that must not count), group h = D
+# (one turn, token 10 -> NLL 3).
+
+
+def _masked_batch():
+    from jaxwebrl.train.advantages import mask_failed
+
+    a, b = _group()
+    c = Trajectory("t", [Turn([5, 6], [13, 13, 13])], group_id="g", termination="env_error")
+    d = Trajectory("u", [Turn([5, 6], [10])], group_id="h")
+    return mask_failed([a, b, c, d])
+
+
+@pytest.mark.parametrize("per,norm,expected,denominator", [
+    # G_g = 2 (C absent), G_h = 1. webagent_r1: g as above 3.375; D 3/(1*1*1) = 3; 2 groups
+    ("trajectory", "webagent_r1", (3.375 + 3) / 2, 2.0),
+    ("turn", "webagent_r1", (3.375 + 3) / 2, 2.0),
+    # per_turn: g 4.5, D 3; 2 groups (with C counted: G_g = 3 -> (3 + 3) / (2/3 + 1) = 3.6, denominator 1.67)
+    ("trajectory", "per_turn", (4.5 + 3) / 2, 2.0),
+    ("turn", "per_turn", (4.5 + 3) / 2, 2.0),
+    # token_mean: (1+2+3+4+5+3) / 6 trained tokens
+    ("trajectory", "token_mean", 18 / 6, 6.0),
+    ("turn", "token_mean", 18 / 6, 6.0),
+    # seq_mean_token_mean: trajectory samples A 2, B 4.5, D 3; turn samples 1.5, 3, 4.5, 3
+    ("trajectory", "seq_mean_token_mean", (2 + 4.5 + 3) / 3, 3.0),
+    ("turn", "seq_mean_token_mean", (1.5 + 3 + 4.5 + 3) / 4, 4.0),
+    # traj_sum: (6 + 9 + 3) over 3 existing trajectories
+    ("trajectory", "traj_sum", 18 / 3, 3.0),
+    ("turn", "traj_sum", 18 / 3, 3.0),
+])
+def test_masked_trajectory_is_absent_from_normalisation(per, norm, expected, denominator):
+    from jaxwebrl.data.samples import total_denominator
+
+    batch = _masked_batch()
+    assert batch[2].num_trained_turns == 0  # mask_failed did mask C
+    samples = build_samples(batch, per=per, norm=norm)
+    assert samples and all(13 not in s.tokens.tolist() for s in samples)
+    assert total_denominator(samples) == pytest.approx(denominator, rel=1e-6)
+    assert _loss(samples) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("per", ["trajectory", "turn"])
+@pytest.mark.parametrize("norm", ["webagent_r1", "per_turn"])
+def test_mgrpo_denominator_is_the_number_of_groups_with_a_masked_member(per, norm):
+    """The case of issue 26: three groups of four, one trajectory masked -> exactly 3 (was 2.75)."""
+    from jaxwebrl.data.samples import total_denominator
+    from jaxwebrl.train.advantages import mask_failed
+
+    turns = lambda n: [Turn([5, 6], [7, 8]), Turn([5, 6, 7, 8, 9], [10])][:n]  # noqa: E731
+    trajs = [Trajectory(f"t{g}", turns(1 + i % 2), group_id=f"g{g}", reward=float(i % 2),
+                        termination="judge_error" if (g, i) == (1, 3) else "done")
+             for g in range(3) for i in range(4)]
+    samples = build_samples(mask_failed(trajs), per=per, norm=norm)
+    assert len({s.group_id for s in samples}) == 3
+    assert total_denominator(samples) == pytest.approx(3.0, rel=1e-6)

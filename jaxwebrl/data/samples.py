@@ -21,8 +21,13 @@ trajectory may be split over micro-batches, optimizer steps or packed rows and t
 | seq_mean_token_mean   | 1 / (trained tokens of the sample)    | number of samples                 |
 | traj_sum (WebGym)     | 1                                     | number of trajectories            |
 
-G_i = trajectories of i's group in this batch; |tau_i| = turns of i with a trained token; |a_ij| = trained
+G_i = trajectories of i's group in this batch that have a trained token; |tau_i| = turns of i with a trained token; |a_ij| = trained
 tokens of turn j. A turn's share of the denominator is spread evenly over its trained tokens.
+
+A trajectory with no trained token (mask 0 from `train.advantages.mask_failed`: judge timeout or
+infrastructure failure) does not exist for the update, as in OpenWebRL ("removal from optimization"): it
+makes no sample, is not counted in G_i, and (in `train.advantages`) does not enter its group's reward mean
+and std. So "number of groups" above is exact: the groups with at least one trained trajectory.
 """
 
 from __future__ import annotations
@@ -234,12 +239,13 @@ def turn_samples(traj: Trajectory, norm: str, group_size: int = 1) -> list[Sampl
 def build_samples(
     trajectories: Sequence[Trajectory], per: str = "turn", norm: str = "token_mean", max_len: int | None = None,
 ) -> list[Sample]:
-    """Samples for a batch of trajectories; group sizes G_i are counted within this batch."""
+    """Samples for a batch of trajectories; group sizes G_i count this batch's trajectories with a trained
+    token (a masked trajectory does not exist, see the module doc)."""
     if per not in SAMPLE_MODES:
         raise ValueError(f"per={per!r}: use one of {SAMPLE_MODES}")
     if norm not in NORM_MODES:
         raise ValueError(f"norm={norm!r}: use one of {NORM_MODES}")
-    sizes = collections.Counter(t.group_id for t in trajectories)
+    sizes = collections.Counter(t.group_id for t in trajectories if t.num_trained_turns > 0)
     out: list[Sample] = []
     for t in trajectories:
         if per == "trajectory":

@@ -21,7 +21,8 @@ import numpy as np
 from flax import nnx
 
 from jaxwebrl.models.config import ModelConfig
-from jaxwebrl.models.rope import apply_rope, inverse_frequencies
+from jaxwebrl.models.activations import activation
+from jaxwebrl.models.rope import apply_rope, attention_scaling, inverse_frequencies
 from jaxwebrl.sharding import constrain
 
 Params = dict[str, Any]
@@ -171,8 +172,8 @@ def _layer(
     layer: jax.Array | int,
     attend_len: int | None,
 ) -> tuple[jax.Array, KVCache | None]:
-    """One pre-norm block: x + attn(norm(x)), then + SwiGLU(norm(x)). p holds this layer's slices; `cache`
-    is the whole [layers, ...] cache, of which this block writes and reads index `layer`."""
+    """One pre-norm block: x + attn(norm(x)), then + act(gate) * up (SwiGLU with the default hidden_act). p holds
+    this layer's slices; `cache` is the whole [layers, ...] cache, of which this block writes and reads index `layer`."""
     dt = x.dtype
     h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
     q = jnp.einsum("btd,dhk->bthk", h, p["wq"].astype(dt))
@@ -183,8 +184,9 @@ def _layer(
     if cfg.qk_norm:
         q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
-    q = constrain(apply_rope(q, positions, inv_freq), ("activation_batch", "activation_length", "activation_heads", None))
-    k = apply_rope(k, positions, inv_freq)
+    rope_scale = attention_scaling(cfg)
+    q = constrain(apply_rope(q, positions, inv_freq, rope_scale), ("activation_batch", "activation_length", "activation_heads", None))
+    k = apply_rope(k, positions, inv_freq, rope_scale)
     if cache is not None:  # write this step's k/v at their positions, attend over the first attend_len entries
         rows = jnp.arange(x.shape[0])[:, None, None]
         heads = jnp.arange(cfg.num_kv_heads)[None, :, None]
@@ -203,7 +205,7 @@ def _layer(
     h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
     gate = jnp.einsum("btd,df->btf", h, p["w_gate"].astype(dt))
     up = jnp.einsum("btd,df->btf", h, p["w_up"].astype(dt))
-    act = constrain(jax.nn.silu(gate) * up, ("activation_batch", "activation_length", "activation_mlp"))
+    act = constrain(activation(cfg.hidden_act)(gate) * up, ("activation_batch", "activation_length", "activation_mlp"))
     x = x + jnp.einsum("btf,fd->btd", act, p["w_down"].astype(dt))
     return constrain(x, ("activation_batch", "activation_length", "activation_embed")), cache
 

@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from jaxwebrl.models.config import ModelConfig
+from jaxwebrl.models.config import CheckpointError, ModelConfig
 from jaxwebrl.models.decoder import Params, logical_axes, param_specs
 from jaxwebrl.sharding import logical_to_spec, check_divisible, RULES
 
@@ -31,10 +31,6 @@ TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
     "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
 )
-
-
-class CheckpointError(ValueError):
-    """A checkpoint whose tensors do not match the model config."""
 
 
 # ---- names ---------------------------------------------------------------------------------------
@@ -117,8 +113,7 @@ class _TensorFiles:
     def __init__(self, path: Path):
         index = path / "model.safetensors.index.json"
         if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
-            self.where = {name: path / f for name, f in weight_map.items()}
+            self.where = _checked_index(path, index)
         else:
             files = sorted(path.glob("*.safetensors"))
             if not files:
@@ -141,6 +136,38 @@ class _TensorFiles:
 
     def read(self, name: str) -> np.ndarray:
         return self.handle(name).get_tensor(name)
+
+
+def _checked_index(path: Path, index: Path) -> dict[str, Path]:
+    """The index's tensor -> file map, after checking every shard exists and holds the tensors listed for it
+    (only the shard headers are read). A mismatch is a CheckpointError naming the file or tensor."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{index}: not a safetensors index (needs a 'weight_map' object): {e}; re-export the checkpoint") from e
+    by_file: dict[str, list[str]] = {}
+    for name, fname in weight_map.items():
+        by_file.setdefault(fname, []).append(name)
+    for fname, names in sorted(by_file.items()):
+        shard = path / fname
+        if not shard.is_file():
+            raise CheckpointError(
+                f"{index.name} maps {len(names)} tensor(s) (e.g. {names[0]!r}) to shard {fname!r}, which is missing "
+                f"from {path}; copy the missing shard or re-download the checkpoint"
+            )
+        try:
+            with safe_open(shard, framework="numpy") as h:
+                stored = set(h.keys())
+        except Exception as e:  # safetensors raises its own SafetensorError for a damaged header
+            raise CheckpointError(f"{shard}: not a readable safetensors file ({e}); re-download this shard") from e
+        absent = sorted(set(names) - stored)
+        if absent:
+            raise CheckpointError(
+                f"{index.name} lists tensor(s) {absent[:5]}{' ...' if len(absent) > 5 else ''} in shard {fname!r}, "
+                f"which does not contain them; the index and the shards are from different checkpoints: "
+                f"re-download or re-export them together"
+            )
+    return {name: path / f for name, f in weight_map.items()}
 
 
 def read_hf_config(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -22,14 +22,23 @@ from jaxwebrl.data.records import Trajectory
 
 def group_advantages(
     rewards: Sequence[float], group_ids: Sequence[str], scale_by_std: bool = True, eps: float = 1e-6,
+    present: Sequence[bool] | None = None,
 ) -> np.ndarray:
     """A_i = (R_i - mean_g R) / (std_g R + eps) within each group (population std, as GRPO); without
-    `scale_by_std` (Dr. GRPO) only the mean is removed."""
+    `scale_by_std` (Dr. GRPO) only the mean is removed.
+
+    `present[i] = False` marks a trajectory that does not exist for training (OpenWebRL: a judge timeout or
+    infrastructure failure zeroes its loss mask, "removal from optimization"): its reward enters neither its
+    group's mean nor its std, and its advantage is 0."""
     r = np.asarray(rewards, np.float64)
+    keep = np.ones(len(r), bool) if present is None else np.asarray(present, bool)
+    if keep.shape != r.shape:
+        raise ValueError(f"present has {keep.size} entries for {r.size} rewards")
     out = np.zeros_like(r)
     by_group: dict[str, list[int]] = collections.defaultdict(list)
     for i, g in enumerate(group_ids):
-        by_group[g].append(i)
+        if keep[i]:
+            by_group[g].append(i)
     for idx in by_group.values():
         x = r[idx]
         a = x - x.mean()
@@ -40,11 +49,18 @@ def group_advantages(
     return out.astype(np.float32)
 
 
+def is_trained(traj: Trajectory) -> bool:
+    """Whether the trajectory has a trained token; one without (mask 0 everywhere) is absent from its group."""
+    return traj.num_trained_turns > 0
+
+
 def assign_group_advantages(
     trajectories: Sequence[Trajectory], scale_by_std: bool = True, eps: float = 1e-6,
 ) -> list[Trajectory]:
-    """Copies of the trajectories with `advantage` set to the group-normalised reward."""
-    adv = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories], scale_by_std, eps)
+    """Copies of the trajectories with `advantage` set to the group-normalised reward; masked trajectories
+    (no trained token, e.g. after `mask_failed`) are left out of their group's statistics and get 0."""
+    adv = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories], scale_by_std, eps,
+                           present=[is_trained(t) for t in trajectories])
     out = []
     for t, a in zip(trajectories, adv):
         t2 = copy.copy(t)
@@ -64,7 +80,8 @@ def group_by(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajectory]]:
 
 
 def has_reward_variance(group: Sequence[Trajectory], tol: float = 1e-8) -> bool:
-    r = [t.reward for t in group]
+    """Whether the group's trained (unmasked) trajectories disagree; a masked one carries no signal."""
+    r = [t.reward for t in group if is_trained(t)]
     return len(r) > 1 and (max(r) - min(r)) > tol
 
 
@@ -156,7 +173,10 @@ class DynamicSamplingCollector:
 
 
 def mask_failed(trajectories: Sequence[Trajectory], reasons: Iterable[str] = ("judge_error", "sandbox_failure", "init_failure", "env_step_error", "env_error", "timeout")) -> list[Trajectory]:
-    """OpenWebRL: trajectories ended by judge timeout or infrastructure failure train nothing (mask 0)."""
+    """OpenWebRL: trajectories ended by judge timeout or infrastructure failure train nothing (mask 0).
+
+    Mask 0 means the trajectory does not exist for the update: `assign_group_advantages` and
+    `has_reward_variance` leave it out of its group, and `data.samples.build_samples` out of G_i."""
     bad = set(reasons)
     out = []
     for t in trajectories:
