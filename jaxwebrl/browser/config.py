@@ -10,6 +10,8 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
+from jaxwebrl.browser.actions import ACTION_SPACES
+
 DEFAULT_CHROMIUM_ARGS: tuple[str, ...] = (
     "--no-sandbox",
     "--disable-gpu",
@@ -105,8 +107,6 @@ class EnvConfig:
     settle_s: float = 0.05
 
     def validate(self) -> None:
-        from jaxwebrl.browser.actions import ACTION_SPACES
-
         if self.action_space not in ACTION_SPACES:
             raise ValueError(f"EnvConfig.action_space must be one of {sorted(ACTION_SPACES)}, got {self.action_space!r}")
         self.obs.validate()

@@ -5,7 +5,9 @@ tasks that declare `reuse_context`).
     res = await env.step(text)                   # StepResult(observation, feedback, format_error, done, answer, ...)
     ev = await env.evaluate()                    # EvalResult(reward, success, info)
     env.termination_reason                       # None while running; "answer", "task_done", "max_steps",
-                                                 # "timeout" (episode wall time), "env_error" (crash/hang)
+                                                 # "timeout" (episode wall time), "agent_timeout" (the
+                                                 # policy's own waits ran past the step or episode time:
+                                                 # rewarded and trained on), "env_error" (crash/hang: masked)
     await env.close()                            # releases the context and the pool slot
 
 `step` never raises: parse errors and invalid actions come back as feedback with `format_error=True`;
@@ -20,17 +22,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jaxwebrl.browser.actions import Action, ParseError, get_action_space
-from jaxwebrl.browser.actions.base import _is_closed_error
+from jaxwebrl.browser.actions.base import is_closed_error
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.observation import Observation, observe
 from jaxwebrl.browser.safety import Allowlist
-from jaxwebrl.browser.session import BrowserSession
+from jaxwebrl.browser.session import AgentTimeout, BrowserSession
 from jaxwebrl.browser.task import EvalResult, Task
 
 if TYPE_CHECKING:
     from jaxwebrl.browser.pool import BrowserPool, _Slot
 
-TERMINATION_REASONS = ("answer", "task_done", "max_steps", "timeout", "env_error")
+INLINE_PARSE_CHARS = 8_192  # responses up to this long parse on the loop (well under a millisecond)
+TERMINATION_REASONS = ("answer", "task_done", "max_steps", "timeout", "agent_timeout", "env_error")
 
 
 class EnvError(RuntimeError):
@@ -166,10 +169,18 @@ class BrowserEnv:
         if time.monotonic() - self._t0 > self.config.episode_timeout_s:
             self._end("timeout", "episode wall time exceeded")
             return StepResult(self._empty_obs(), "The episode timed out.", False, True, None, "timeout")
+        loop = asyncio.get_running_loop()
+        episode_left = self._t0 + self.config.episode_timeout_s - time.monotonic()
+        deadline = loop.time() + min(self.config.step_timeout_s, episode_left)
+        self.session.start_step(deadline)
         try:
-            result = await asyncio.wait_for(self._step(text), self.config.step_timeout_s)
+            result = await asyncio.wait_for(self._step(text), max(deadline - loop.time(), 0.001))
+        except AgentTimeout as exc:
+            return self._agent_timeout(str(exc))
         except asyncio.TimeoutError:
             healthy = await self.pool._check_health(self.slot) if self.slot is not None else False
+            if healthy and self.session is not None and self.session.agent_wait_s >= self.config.step_timeout_s / 2:
+                return self._agent_timeout(f"the policy's waits took {self.session.agent_wait_s:.1f} s of the step")
             self._end("env_error", "step timed out" + ("" if healthy else "; browser hung and was restarted"))
             return StepResult(self._empty_obs(), "Environment error: the step timed out.", False, True, None, "env_error")
         except Exception as exc:
@@ -181,10 +192,21 @@ class BrowserEnv:
             result.done, result.termination_reason = True, "max_steps"
         return result
 
+    def _agent_timeout(self, why: str) -> StepResult:
+        """The policy's own actions (waits) ran past the step or episode time: a normal, rewarded outcome."""
+        self._end("agent_timeout", why)
+        return StepResult(self._empty_obs(), f"Failed: out of time: {why}. The episode is over.", False, True, None,
+                          "agent_timeout")
+
     async def _step(self, text: str) -> StepResult:
         session = self.session
         assert session is not None and self.task is not None
-        parsed = self.space.parse(text)
+        # parsing is linear in a bounded prefix (actions/scan.py); long responses parse in a worker thread
+        # so the loop keeps serving the pool's other envs, and the step timeout covers parse + execute
+        if len(text) <= INLINE_PARSE_CHARS:
+            parsed = self.space.parse(text)
+        else:
+            parsed = await asyncio.to_thread(self.space.parse, text)
         feedback: list[str] = []
         format_error = False
         actions: list[Action] = []
@@ -197,7 +219,7 @@ class BrowserEnv:
                 try:
                     res = await self.space.execute(session, action)
                 except Exception as exc:
-                    if not _is_closed_error(exc) or self._crashed or not self.pool._connected(self.slot):
+                    if not is_closed_error(exc) or self._crashed or not self.pool._connected(self.slot):
                         raise
                     # only a tab closed itself: not a browser failure
                     await session.ensure_page()
