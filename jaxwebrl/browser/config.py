@@ -94,7 +94,10 @@ class ObsConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Per-episode settings: action space, observation, viewport, timeouts and extra allowed origins."""
+    """Per-episode settings: action space, observation, viewport, timeouts and extra allowed origins.
+
+    `step_timeout_s` bounds parse + execute + observe of one step; a wait the policy asks for must leave a
+    reserve of min(step_timeout_s / 3, 2 * action_timeout_s) in it, else the episode ends `agent_timeout`."""
 
     action_space: str = "webarena"
     obs: ObsConfig = field(default_factory=ObsConfig)
@@ -105,6 +108,9 @@ class EnvConfig:
     max_steps: int | None = None
     extra_allowed_origins: tuple[str, ...] = ()
     settle_s: float = 0.05
+    # `data:` (and `about:` other than about:blank) pages may be opened by the agent or stay open. Off: a
+    # data: page is a whole document the allowlist never saw (its scripts could open sockets anywhere).
+    allow_data_urls: bool = False
 
     def validate(self) -> None:
         if self.action_space not in ACTION_SPACES:

@@ -67,9 +67,11 @@ class BrowserSession:
         self._adopt(page)
         return self
 
-    def recycle(self) -> None:
-        """Ready a parked session for its next episode: the ids restart at 1 (the next navigation loads a
-        fresh document), blocked-request history and tab state are cleared."""
+    def recycle(self, allowlist: Allowlist) -> None:
+        """Ready a parked session for its next episode: the allowlist becomes `allowlist`'s (in place: the
+        routes hold this object), the ids restart at 1 (the next navigation loads a fresh document),
+        blocked-request history and tab state are cleared."""
+        self.allowlist.replace(allowlist.origins, allowlist.allow_data_urls)
         self.counter = IdCounter()
         self.last = None
         self.blocked.clear()  # in place: the route handler holds this list
@@ -167,6 +169,22 @@ class BrowserSession:
         if not self.allowlist.allows(url):
             raise PermissionError(self.allowlist.why_refused(url))
         await self.page.goto(url, wait_until="load")
+
+    async def blank_forbidden_pages(self) -> list[str]:
+        """Tabs that ended on a url outside the allowlist (a refused redirect, a data: page) are sent to
+        about:blank before anything is observed; returns the urls they were on."""
+        out = []
+        for page in list(self.pages):
+            url = page.url
+            if self.allowlist.allows(url):
+                continue
+            out.append(url)
+            self.blocked.append(url)
+            try:
+                await page.goto("about:blank")
+            except Exception:
+                await page.close()
+        return out
 
     async def settle(self) -> None:
         """Let the page react before observing: a short pause, then wait out any navigation it started."""
