@@ -150,3 +150,64 @@ def test_configured_system_prompt_replaces_the_formats(policy, suite):
     (traj,) = render_demonstrations([demo], tok, agent)
     demo_text = tok.decode(traj.turns[0].prompt_ids)
     assert short in demo_text and "Available actions" not in demo_text
+
+
+class ScriptedWaitEngine:
+    """A scripted policy through the Engine protocol (the test needs a predictable one): it always answers
+    `noop(wait_ms=...)`, tokenised by the real tokenizer, with logprobs 0."""
+
+    name = "scripted"
+
+    def __init__(self, tok, text: str) -> None:
+        self.ids = tok.encode(text, add_special_tokens=False)
+        self.calls = 0
+
+    async def generate(self, prompt_ids, params, *, session_id=None):
+        from jaxwebrl.engines.base import Generation
+
+        self.calls += 1
+        return Generation(list(self.ids), [0.0] * len(self.ids), "stop", len(prompt_ids), 0, 0)
+
+    async def update_weights(self, weights, version: int) -> None:
+        pass
+
+    async def health(self):
+        return True
+
+    async def close(self) -> None:
+        pass
+
+
+def test_agent_timeout_is_the_policys_outcome_not_an_env_error(policy, suite):
+    """Waits the policy asks for that do not fit in the step time end the episode `agent_timeout`: the
+    episode is evaluated and its turns keep loss mask 1 (an env_error would mask them all)."""
+    import dataclasses
+
+    from agent_fixtures import ENV
+    from jaxwebrl.browser import BrowserPool, PoolConfig
+
+    cfg, params, tok = policy
+    env_cfg = dataclasses.replace(ENV, step_timeout_s=4.0, action_timeout_s=1.0)  # waits may use 2 s per step
+    agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=5, max_format_errors=10,
+                        max_new_tokens=16, max_context_tokens=4096)
+
+    async def go():
+        async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=2), env_cfg) as pool:
+            task = suite.get_task(suite.task_ids("train")[0])
+            out = []
+            for wait_ms in (500, 3000):  # fits; does not fit in 4 s minus the 2 s kept for the browser
+                engine = ScriptedWaitEngine(tok, f"noop(wait_ms={wait_ms})")
+                env = await pool.new_env(env_cfg)
+                try:
+                    out.append((await run_episode(env, engine, tok, task, seed=0, cfg=agent), engine.calls))
+                finally:
+                    await env.close()
+            return out
+
+    (short, n_short), (long, n_long) = asyncio.run(go())
+    assert short.trajectory.termination == "max_steps" and n_short == 5
+    traj = long.trajectory
+    assert traj.termination == "agent_timeout" and n_long == 1 and len(traj.turns) == 1
+    assert "raw_reward" in traj.metadata  # evaluated like any outcome of the policy
+    samples = build_samples([traj])
+    assert sum(int(s.loss_mask.sum()) for s in samples) == len(traj.turns[0].response_ids) > 0

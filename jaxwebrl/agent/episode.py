@@ -2,7 +2,9 @@
 
 The result is a `Trajectory` whose response ids and logprobs are exactly the engine's. Every way an episode
 can end is a termination reason, never an exception: done, max_steps, context_overflow, format_errors (N
-unparsable responses in a row), env_error (browser crashed or hung: all turns get loss mask 0), timeout.
+unparsable responses in a row), env_error (browser crashed or hung: all turns get loss mask 0), timeout,
+agent_timeout (the policy's own waits ran past the step or episode time: evaluated, rewarded and trained on
+like any other outcome of the policy).
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ async def _run_episode(
         current.action = "; ".join(a.raw for a in result.actions) if result.actions else text.strip()[:200]
         current.conclusion, current.memory = extract_tag(text, "conclusion"), extract_tag(text, "memory")
         past.append(current)
-        if result.termination_reason in ("env_error", "timeout"):
+        if result.termination_reason in ("env_error", "timeout", "agent_timeout"):
             termination = result.termination_reason
             break
         format_errors_in_row = 0 if format_ok else format_errors_in_row + 1

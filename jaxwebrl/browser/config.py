@@ -1,7 +1,8 @@
 """Configuration dataclasses for the browser layer.
 
-Kept as plain frozen dataclasses (not ml_collections) so the browser layer has no dependency on the training
-stack; recipes build these from their ConfigDicts. Every field has the default the tests and benchmarks use.
+Plain frozen dataclasses, so the browser layer has no dependency on the training stack. `BrowserConfig` is
+the run config's `env` section and builds the two runtime configs (`PoolConfig`, `EnvConfig`); every field
+has the default the tests and benchmarks use.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
+from jaxwebrl.browser.actions import ACTION_SPACES
 from jaxwebrl.fields import FieldError, at_least, one_of, positive
 
 DEFAULT_CHROMIUM_ARGS: tuple[str, ...] = (
@@ -94,7 +96,10 @@ class ObsConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Per-episode settings: action space, observation, viewport, timeouts and extra allowed origins."""
+    """Per-episode settings: action space, observation, viewport, timeouts and extra allowed origins.
+
+    `step_timeout_s` bounds parse + execute + observe of one step; a wait the policy asks for must leave a
+    reserve of min(step_timeout_s / 3, 2 * action_timeout_s) in it, else the episode ends `agent_timeout`."""
 
     action_space: str = "webarena"
     obs: ObsConfig = field(default_factory=ObsConfig)
@@ -105,10 +110,11 @@ class EnvConfig:
     max_steps: int | None = None
     extra_allowed_origins: tuple[str, ...] = ()
     settle_s: float = 0.05
+    # `data:` (and `about:` other than about:blank) pages may be opened by the agent or stay open. Off: a
+    # data: page is a whole document the allowlist never saw (its scripts could open sockets anywhere).
+    allow_data_urls: bool = False
 
     def validate(self) -> None:
-        from jaxwebrl.browser.actions import ACTION_SPACES
-
         if self.action_space not in ACTION_SPACES:
             raise ValueError(f"EnvConfig.action_space must be one of {sorted(ACTION_SPACES)}, got {self.action_space!r}")
         self.obs.validate()
@@ -137,11 +143,10 @@ class BrowserConfig:
     contexts_per_browser: int = 8
     remote_endpoints: str = ""
     action_timeout_s: float = 5.0
-    step_timeout_s: float = 45.0
+    step_timeout_s: float = 45.0  # parse + execute + observe of one step
+    allow_data_urls: bool = False  # let the agent open data:/about: pages (off: the allowlist never saw them)
 
     def __post_init__(self) -> None:
-        from jaxwebrl.browser.actions import ACTION_SPACES  # the action modules import this module
-
         one_of("action_space", self.action_space, tuple(ACTION_SPACES))
         one_of("text_mode", self.text_mode, TEXT_MODES)
         at_least("text_budget_chars", self.text_budget_chars, 200)
@@ -164,7 +169,7 @@ class BrowserConfig:
                         relative_urls=self.relative_urls, screenshot=self.screenshot, set_of_marks=self.set_of_marks)
         return EnvConfig(action_space=self.action_space, obs=obs, viewport=(self.viewport_width, self.viewport_height),
                          action_timeout_s=self.action_timeout_s, step_timeout_s=self.step_timeout_s,
-                         episode_timeout_s=episode_timeout_s)
+                         episode_timeout_s=episode_timeout_s, allow_data_urls=self.allow_data_urls)
 
     def pool_config(self) -> PoolConfig:
         return PoolConfig(num_browsers=self.num_browsers, contexts_per_browser=self.contexts_per_browser,

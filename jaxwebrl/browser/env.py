@@ -1,11 +1,13 @@
-"""BrowserEnv: one episode at a time in an isolated context from a BrowserPool (fresh, or a parked one for
-tasks that declare `reuse_context`).
+"""BrowserEnv: one episode at a time in an isolated context leased from a BrowserPool (fresh, or a parked one
+for tasks that declare `reuse_context`). The env talks to the pool only through its `SessionLease`.
 
     obs = await env.reset(task, seed)            # raises EnvError if the start state cannot be built
     res = await env.step(text)                   # StepResult(observation, feedback, format_error, done, answer, ...)
     ev = await env.evaluate()                    # EvalResult(reward, success, info)
     env.termination_reason                       # None while running; "answer", "task_done", "max_steps",
-                                                 # "timeout" (episode wall time), "env_error" (crash/hang)
+                                                 # "timeout" (episode wall time), "agent_timeout" (the
+                                                 # policy's own waits ran past the step or episode time:
+                                                 # rewarded and trained on), "env_error" (crash/hang: masked)
     await env.close()                            # releases the context and the pool slot
 
 `step` never raises: parse errors and invalid actions come back as feedback with `format_error=True`;
@@ -17,20 +19,19 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxwebrl.browser.actions import Action, ParseError, get_action_space
-from jaxwebrl.browser.actions.base import _is_closed_error
+from jaxwebrl.browser.actions.base import is_closed_error
 from jaxwebrl.browser.config import EnvConfig
+from jaxwebrl.browser.lease import SessionLease
 from jaxwebrl.browser.observation import Observation, observe
 from jaxwebrl.browser.safety import Allowlist
-from jaxwebrl.browser.session import BrowserSession
+from jaxwebrl.browser.session import AgentTimeout, BrowserSession
 from jaxwebrl.browser.task import EvalResult, Task
 
-if TYPE_CHECKING:
-    from jaxwebrl.browser.pool import BrowserPool, _Slot
-
-TERMINATION_REASONS = ("answer", "task_done", "max_steps", "timeout", "env_error")
+INLINE_PARSE_CHARS = 8_192  # responses up to this long parse on the loop (well under a millisecond)
+TERMINATION_REASONS = ("answer", "task_done", "max_steps", "timeout", "agent_timeout", "env_error")
 
 
 class EnvError(RuntimeError):
@@ -51,13 +52,12 @@ class StepResult:
 class BrowserEnv:
     """One environment slot of a pool. Not safe to step concurrently with itself (one episode at a time)."""
 
-    def __init__(self, pool: "BrowserPool", config: EnvConfig) -> None:
+    def __init__(self, lease: SessionLease, config: EnvConfig) -> None:
         config.validate()
-        self.pool = pool
+        self.lease = lease
         self.config = config
         self.space = get_action_space(config.action_space)
         self.session: BrowserSession | None = None
-        self.slot: "_Slot | None" = None
         self.task: Task | None = None
         self.goal = ""
         self.answer: str | None = None
@@ -66,7 +66,6 @@ class BrowserEnv:
         self.termination_reason: str | None = None
         self.error: str | None = None
         self.last_obs: Observation | None = None
-        self._crashed = False
         self._reuse_key: tuple[Any, ...] | None = None
         self._reused = False
         self._t0 = 0.0
@@ -80,7 +79,7 @@ class BrowserEnv:
             raise RuntimeError("reset on a closed BrowserEnv")
         await self._drop_session()
         self.task, self.answer, self.steps, self.done = task, None, 0, False
-        self.termination_reason, self.error, self._crashed = None, None, False
+        self.termination_reason, self.error = None, None
         origins = tuple(task.allowed_origins()) + tuple(self.config.extra_allowed_origins)
         self._reuse_key = (origins, self.config) if getattr(task, "reuse_context", False) else None
         try:
@@ -93,23 +92,16 @@ class BrowserEnv:
                 obs = await self._start(task, seed, origins, reuse=False)
         except Exception as exc:
             self._end("env_error", f"reset failed: {type(exc).__name__}: {exc}")
-            if isinstance(exc, asyncio.TimeoutError) and self.slot is not None:
-                await self.pool._check_health(self.slot)
+            if isinstance(exc, asyncio.TimeoutError) and self.session is not None:
+                await self.lease.check_health()
             raise EnvError(self.error) from exc
         self._t0 = time.monotonic()
         self.last_obs = obs
         return obs
 
     async def _start(self, task: Task, seed: int, origins: tuple[str, ...], reuse: bool) -> Observation:
-        parked = self.pool._take_parked(self._reuse_key) if reuse and self._reuse_key is not None else None
-        self._reused = parked is not None
-        if parked is not None:
-            self.slot, self.session = parked
-            self.session.recycle()
-            self.slot.envs.add(self)
-        else:
-            self.slot, context = await self.pool._new_context(self)
-            self.session = await BrowserSession.create(context, self.config, Allowlist(origins))
+        allowlist = Allowlist(origins, allow_data_urls=self.config.allow_data_urls)
+        self.session, self._reused = await self.lease.open(allowlist, self.config, self._reuse_key if reuse else None)
         self.goal = await asyncio.wait_for(task.setup(self.session, seed), self.config.step_timeout_s)
         return await asyncio.wait_for(observe(self.session, self.config.obs, self.goal), self.config.step_timeout_s)
 
@@ -119,7 +111,7 @@ class BrowserEnv:
             return
         self._closed = True
         await self._drop_session()
-        self.pool._release_env(self)
+        self.lease.release()
 
     async def __aenter__(self) -> "BrowserEnv":
         return self
@@ -128,22 +120,13 @@ class BrowserEnv:
         await self.close()
 
     async def _drop_session(self, park: bool = True) -> None:
-        """Close the episode's context, or park it in the pool when the task allows reuse and the episode
-        left it healthy (no crash or browser error, one tab)."""
+        """Hand the episode's session back: parked for reuse when the task allows it and the episode left it
+        healthy (no crash or browser error, one tab), else closed."""
         if self.session is not None:
-            session, slot = self.session, self.slot
+            session = self.session
             self.session = None
-            healthy = not self._crashed and self.termination_reason != "env_error" and session.reusable
-            if park and self._reuse_key is not None and healthy and slot is not None:
-                slot.envs.discard(self)
-                if await self.pool._park(slot, session, self._reuse_key):
-                    return
-            await session.close()
-            self.pool._forget_context(slot, session.context)
-
-    def _mark_crashed(self) -> None:
-        """Called by the pool when this env's browser disconnected."""
-        self._crashed = True
+            healthy = not self.lease.crashed and self.termination_reason != "env_error" and session.reusable
+            await self.lease.finish(session, self._reuse_key if park and healthy else None)
 
     def _end(self, reason: str, error: str | None = None) -> None:
         if not self.done:
@@ -160,16 +143,24 @@ class BrowserEnv:
         if self.session is None or self.done:
             return StepResult(self._empty_obs(), "The episode is over; call reset().", False, True, self.answer,
                               self.termination_reason)
-        if self._crashed:
+        if self.lease.crashed:
             self._end("env_error", "browser crashed")
             return StepResult(self._empty_obs(), "Environment error: the browser crashed.", False, True, None, "env_error")
         if time.monotonic() - self._t0 > self.config.episode_timeout_s:
             self._end("timeout", "episode wall time exceeded")
             return StepResult(self._empty_obs(), "The episode timed out.", False, True, None, "timeout")
+        loop = asyncio.get_running_loop()
+        episode_left = self._t0 + self.config.episode_timeout_s - time.monotonic()
+        deadline = loop.time() + min(self.config.step_timeout_s, episode_left)
+        self.session.start_step(deadline)
         try:
-            result = await asyncio.wait_for(self._step(text), self.config.step_timeout_s)
+            result = await asyncio.wait_for(self._step(text), max(deadline - loop.time(), 0.001))
+        except AgentTimeout as exc:
+            return self._agent_timeout(str(exc))
         except asyncio.TimeoutError:
-            healthy = await self.pool._check_health(self.slot) if self.slot is not None else False
+            healthy = await self.lease.check_health()
+            if healthy and self.session is not None and self.session.agent_wait_s >= self.config.step_timeout_s / 2:
+                return self._agent_timeout(f"the policy's waits took {self.session.agent_wait_s:.1f} s of the step")
             self._end("env_error", "step timed out" + ("" if healthy else "; browser hung and was restarted"))
             return StepResult(self._empty_obs(), "Environment error: the step timed out.", False, True, None, "env_error")
         except Exception as exc:
@@ -181,10 +172,21 @@ class BrowserEnv:
             result.done, result.termination_reason = True, "max_steps"
         return result
 
+    def _agent_timeout(self, why: str) -> StepResult:
+        """The policy's own actions (waits) ran past the step or episode time: a normal, rewarded outcome."""
+        self._end("agent_timeout", why)
+        return StepResult(self._empty_obs(), f"Failed: out of time: {why}. The episode is over.", False, True, None,
+                          "agent_timeout")
+
     async def _step(self, text: str) -> StepResult:
         session = self.session
         assert session is not None and self.task is not None
-        parsed = self.space.parse(text)
+        # parsing is linear in a bounded prefix (actions/scan.py); long responses parse in a worker thread
+        # so the loop keeps serving the pool's other envs, and the step timeout covers parse + execute
+        if len(text) <= INLINE_PARSE_CHARS:
+            parsed = self.space.parse(text)
+        else:
+            parsed = await asyncio.to_thread(self.space.parse, text)
         feedback: list[str] = []
         format_error = False
         actions: list[Action] = []
@@ -197,7 +199,7 @@ class BrowserEnv:
                 try:
                     res = await self.space.execute(session, action)
                 except Exception as exc:
-                    if not _is_closed_error(exc) or self._crashed or not self.pool._connected(self.slot):
+                    if not is_closed_error(exc) or self.lease.crashed or not self.lease.connected():
                         raise
                     # only a tab closed itself: not a browser failure
                     await session.ensure_page()
@@ -211,12 +213,17 @@ class BrowserEnv:
                     self.answer = res.answer
                     self._end("answer")
                     break
+        if actions and session.pages:
+            await session.settle()  # a refused redirect commits its error page after the action returned
+        for url in await session.blank_forbidden_pages():
+            feedback.append(f"Failed: the page went to {url[:200]!r}, outside the allowed origins; it was blocked "
+                            "and the tab now shows about:blank.")
         if not self.done and await self.task.is_done(session):
             self._end("task_done")
         await session.ensure_page()
         obs = await observe(session, self.config.obs, self.goal)
         self.last_obs = obs
-        if self._crashed:
+        if self.lease.crashed:
             raise RuntimeError("browser crashed during the step")
         return StepResult(obs, "\n".join(feedback), format_error, self.done, self.answer, self.termination_reason, actions)
 

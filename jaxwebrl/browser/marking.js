@@ -172,7 +172,18 @@
     if (!el || el === document.body) return null;
     const d = describe(el);
     d.value = 'value' in el ? String(el.value) : (el.isContentEditable ? el.innerText : null);
+    d.editable = isEditable(el);
     return d;
+  }
+  // Text can be typed into it: a text-like <input>, a <textarea> or a contenteditable element, enabled and
+  // not read-only. Buttons, checkboxes and selects have a `value` but take no typing.
+  const TEXT_INPUTS = new Set(['', 'text', 'search', 'email', 'url', 'tel', 'password', 'number', 'date',
+    'datetime-local', 'month', 'week', 'time']);
+  function isEditable(el) {
+    const tag = el.tagName.toLowerCase();
+    if (tag === 'textarea') return !el.disabled && !el.readOnly;
+    if (tag === 'input') return TEXT_INPUTS.has((el.getAttribute('type') || '').toLowerCase()) && !el.disabled && !el.readOnly;
+    return !!el.isContentEditable;
   }
   Object.defineProperty(window, '__jaxwebrl', { value: { mark, describeAt, focusedInfo }, enumerable: false });
 })();

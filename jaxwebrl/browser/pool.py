@@ -1,9 +1,14 @@
 """BrowserPool: a few Chromium processes, many isolated contexts, crash and hang recovery.
 
     async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=8)) as pool:
-        async with pool.episode(task, seed, EnvConfig(action_space="bid")) as (env, obs):
-            res = await env.step("click('12')")
-        env = await pool.new_env(EnvConfig(...)); obs = await env.reset(task, seed); ...; await env.close()
+        async with pool.lease(EnvConfig(action_space="bid")) as env:      # holds one slot of `capacity`
+            obs = await env.reset(task, seed); res = await env.step("click('12')")
+        async with pool.episode(task, seed, EnvConfig(...)) as (env, obs):  # lease + reset
+            ...
+        env = await pool.new_env(EnvConfig(...)); ...; await env.close()  # the same lease, closed by hand
+
+The env talks to the pool only through its `PoolLease` (the `SessionLease` protocol of lease.py): open a
+session for an allowlist, finish it (park or close), probe health, see whether its browser crashed.
 
 At most `capacity` envs exist at once (`new_env` waits for a free slot). Each `reset` opens a fresh context
 (own cookies and storage) in the live browser with the fewest contexts, except for tasks that declare
@@ -14,6 +19,12 @@ launched locally (`executable_path`, one process each) or, when `remote_endpoint
 `playwright run-server` endpoints. When a browser disconnects (crash, kill) its running envs are marked so
 their episode ends with `env_error`, and the browser is relaunched in the background; a step that times
 out triggers a health probe that kills and relaunches a hung browser.
+
+Egress: the pool starts an `EgressGateway` (egress.py) with one loopback proxy port per context it can hold;
+every context is created with its own port as proxy, carrying that episode's allowlist, and local browsers
+are launched with host-resolver rules under which only those ports resolve, plus WebRTC disabled. So the
+allowlists are per context while the browser is launched once per pool, and nothing outside an episode's
+allowlist is reachable from any page, frame, worker or redirect.
 """
 
 from __future__ import annotations
@@ -31,8 +42,10 @@ from typing import Any, AsyncIterator
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
 from jaxwebrl.browser.config import EnvConfig, PoolConfig
+from jaxwebrl.browser.egress import WEBRTC_ARGS, EgressGateway
 from jaxwebrl.browser.env import BrowserEnv
 from jaxwebrl.browser.observation import Observation
+from jaxwebrl.browser.safety import Allowlist
 from jaxwebrl.browser.session import BrowserSession
 from jaxwebrl.browser.task import Task
 
@@ -47,7 +60,7 @@ class _Slot:
     browser: Browser | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     contexts: set[BrowserContext] = field(default_factory=set)
-    envs: set[BrowserEnv] = field(default_factory=set)
+    envs: set[BrowserEnv] = field(default_factory=set)  # envs whose session lives in this browser
     launches: int = 0
     relaunching: bool = False
     opening: int = 0  # contexts being created right now: counted so concurrent resets spread over browsers
@@ -60,6 +73,60 @@ class _Parked:
     slot: _Slot
     session: BrowserSession
     key: Any
+    port: int
+
+
+class PoolLease:
+    """One env's hold on the pool (a capacity slot until `release`): the `SessionLease` the env uses.
+
+    Knows which browser the env's current session lives in and which proxy port its context uses."""
+
+    def __init__(self, pool: "BrowserPool") -> None:
+        self.pool = pool
+        self.env: BrowserEnv | None = None
+        self.crashed = False
+        self._slot: _Slot | None = None
+        self._port: int | None = None
+        self._released = False
+
+    async def open(self, allowlist: Allowlist, config: EnvConfig, reuse_key: Any) -> tuple[BrowserSession, bool]:
+        """A session for a new episode: a parked one for `reuse_key` (True) or a fresh context (False)."""
+        self.crashed = False
+        parked = self.pool._take_parked(reuse_key) if reuse_key is not None else None
+        if parked is not None:
+            self._slot, self._port = parked.slot, parked.port
+            parked.session.recycle(allowlist)
+            self.pool.gateway.retarget(self._port, parked.session.allowlist)
+            self._slot.envs.add(self.env)
+            return parked.session, True
+        self._slot, context, self._port = await self.pool._new_context(self.env, config, allowlist)
+        session = await BrowserSession.create(context, config, allowlist)
+        return session, False
+
+    async def finish(self, session: BrowserSession, park_key: Any) -> None:
+        """End the episode's session: park it for `park_key` when given and possible, else close it."""
+        slot, port = self._slot, self._port
+        self._slot = self._port = None
+        if slot is not None:
+            slot.envs.discard(self.env)
+        if park_key is not None and slot is not None and port is not None:
+            if await self.pool._park(slot, session, park_key, port):
+                return
+        await session.close()
+        self.pool._forget_context(slot, session.context, port)
+
+    async def check_health(self) -> bool:
+        """Probe the browser of the current session; a hung one is killed and relaunched. True if healthy."""
+        return await self.pool._check_health(self._slot) if self._slot is not None else False
+
+    def connected(self) -> bool:
+        return self.pool._connected(self._slot)
+
+    def release(self) -> None:
+        """Give the capacity slot back (idempotent)."""
+        if not self._released:
+            self._released = True
+            self.pool._release(self)
 
 
 class BrowserPool:
@@ -78,16 +145,19 @@ class BrowserPool:
             for i in range(n)
         ]
         self._sem = asyncio.Semaphore(self.config.capacity)
-        self._envs: set[BrowserEnv] = set()
+        self._leases: set[PoolLease] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._parked: list[_Parked] = []  # oldest first
         idle = self.config.max_idle_contexts
         self._idle_limit = self.config.capacity if idle is None else idle
         self._closing = False
         self.crashes = 0
+        # one proxy port per context the pool may hold: live envs plus parked contexts
+        self.gateway = EgressGateway(self.config.capacity + self._idle_limit)
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> "BrowserPool":
+        await self.gateway.start()
         self._pw = await async_playwright().start()
         await asyncio.gather(*(self._launch(s) for s in self.slots))
         return self
@@ -100,8 +170,9 @@ class BrowserPool:
 
     async def close(self) -> None:
         self._closing = True
-        for env in list(self._envs):
-            await env.close()
+        for lease in list(self._leases):
+            if lease.env is not None:
+                await lease.env.close()
         while self._parked:
             await self._parked.pop().session.close()
         for t in list(self._tasks):
@@ -114,6 +185,12 @@ class BrowserPool:
             with contextlib.suppress(Exception):
                 await self._pw.stop()
             self._pw = None
+        await self.gateway.close()
+
+    def launch_args(self) -> list[str]:
+        """Chromium flags: the configured ones, the egress lock (only the gateway's ports resolve) and no
+        WebRTC over UDP."""
+        return [*self.config.args, f"--host-resolver-rules={self.gateway.resolver_rules()}", *WEBRTC_ARGS]
 
     async def _launch(self, slot: _Slot) -> None:
         assert self._pw is not None
@@ -122,14 +199,14 @@ class BrowserPool:
         for _ in range(cfg.relaunch_attempts):
             try:
                 if slot.endpoint:
-                    opts = {"executablePath": cfg.executable_path, "args": list(cfg.args), "headless": cfg.headless}
+                    opts = {"executablePath": cfg.executable_path, "args": self.launch_args(), "headless": cfg.headless}
                     browser = await self._pw.chromium.connect(
                         slot.endpoint, timeout=cfg.launch_timeout_s * 1000,
                         headers={"x-playwright-launch-options": json.dumps({k: v for k, v in opts.items() if v is not None})},
                     )
                 else:
                     browser = await self._pw.chromium.launch(
-                        executable_path=cfg.executable_path, args=[*cfg.args, slot.marker],
+                        executable_path=cfg.executable_path, args=[*self.launch_args(), slot.marker],
                         headless=cfg.headless, timeout=cfg.launch_timeout_s * 1000,
                     )
                 break
@@ -149,9 +226,13 @@ class BrowserPool:
         slot.ready.clear()
         slot.browser = None
         slot.contexts.clear()
+        for p in self._parked:
+            if p.slot is slot:
+                self.gateway.release(p.port)
         self._parked = [p for p in self._parked if p.slot is not slot]
-        for env in list(slot.envs):
-            env._mark_crashed()
+        for lease in self._leases:
+            if lease.env in slot.envs:
+                lease.crashed = True
         slot.envs.clear()
         if self._closing:
             return
@@ -179,30 +260,39 @@ class BrowserPool:
 
     # ---- envs and contexts ------------------------------------------------------------------------
     async def new_env(self, env_config: EnvConfig | None = None) -> BrowserEnv:
-        """An env holding one pool slot until `close()`; waits while the pool is full."""
+        """An env holding one pool slot until `env.close()`; waits while the pool is full."""
         await self._sem.acquire()
-        env = BrowserEnv(self, env_config or self.env_config)
-        self._envs.add(env)
+        lease = PoolLease(self)
+        env = BrowserEnv(lease, env_config or self.env_config)
+        lease.env = env
+        self._leases.add(lease)
         return env
+
+    @contextlib.asynccontextmanager
+    async def lease(self, env_config: EnvConfig | None = None) -> AsyncIterator[BrowserEnv]:
+        """`async with pool.lease(cfg) as env:` an env for any number of episodes; slot released on exit."""
+        env = await self.new_env(env_config)
+        try:
+            yield env
+        finally:
+            await env.close()
 
     @contextlib.asynccontextmanager
     async def episode(
         self, task: Task, seed: int = 0, env_config: EnvConfig | None = None
     ) -> AsyncIterator[tuple[BrowserEnv, Observation]]:
         """`async with pool.episode(task, seed) as (env, obs):` reset on entry, context released on exit."""
-        env = await self.new_env(env_config)
-        try:
+        async with self.lease(env_config) as env:
             obs = await env.reset(task, seed)
             yield env, obs
-        finally:
-            await env.close()
 
-    def _release_env(self, env: BrowserEnv) -> None:
-        if env in self._envs:
-            self._envs.discard(env)
+    def _release(self, lease: PoolLease) -> None:
+        if lease in self._leases:
+            self._leases.discard(lease)
             self._sem.release()
 
-    async def _new_context(self, env: BrowserEnv) -> tuple[_Slot, BrowserContext]:
+    async def _new_context(self, env: BrowserEnv | None, config: EnvConfig,
+                           allowlist: Allowlist) -> tuple[_Slot, BrowserContext, int]:
         for _ in range(3):
             live = [s for s in self.slots if s.ready.is_set() and s.browser is not None]
             if not live:
@@ -217,15 +307,17 @@ class BrowserPool:
             slot = min(live, key=lambda s: len(s.contexts) + s.opening)
             browser = slot.browser
             assert browser is not None
-            vw, vh = env.config.viewport
+            vw, vh = config.viewport
+            port = self.gateway.acquire(allowlist)
             slot.opening += 1
             try:
                 ctx = await asyncio.wait_for(
                     browser.new_context(viewport={"width": vw, "height": vh}, accept_downloads=False,
-                                        service_workers="block"),
+                                        service_workers="block", proxy={"server": f"http://127.0.0.1:{port}"}),
                     self.config.launch_timeout_s,
                 )
             except Exception:
+                self.gateway.release(port)
                 if await self._check_health(slot):
                     raise
                 continue
@@ -233,35 +325,35 @@ class BrowserPool:
                 slot.opening -= 1
             slot.contexts.add(ctx)
             slot.envs.add(env)
-            return slot, ctx
+            return slot, ctx, port
         raise RuntimeError("no live browser in the pool")
 
-    def _forget_context(self, slot: _Slot | None, ctx: BrowserContext) -> None:
+    def _forget_context(self, slot: _Slot | None, ctx: BrowserContext, port: int | None) -> None:
+        if port is not None:
+            self.gateway.release(port)
         if slot is not None:
             slot.contexts.discard(ctx)
-            for env in list(slot.envs):
-                if env.session is None:
-                    slot.envs.discard(env)
 
-    async def _park(self, slot: _Slot, session: BrowserSession, key: Any) -> bool:
+    async def _park(self, slot: _Slot, session: BrowserSession, key: Any, port: int) -> bool:
         """Keep a finished session for reuse; closes the oldest parked ones beyond `max_idle_contexts`.
         False (nothing kept) when reuse is off or the browser is gone."""
         if self._idle_limit == 0 or self._closing or not self._connected(slot):
             return False
-        self._parked.append(_Parked(slot, session, key))
+        self._parked.append(_Parked(slot, session, key, port))
+        self.gateway.retarget(port, Allowlist(()))  # a parked context reaches nothing
         while len(self._parked) > self._idle_limit:
             old = self._parked.pop(0)
             await old.session.close()
-            self._forget_context(old.slot, old.session.context)
+            self._forget_context(old.slot, old.session.context, old.port)
         return True
 
-    def _take_parked(self, key: Any) -> tuple[_Slot, BrowserSession] | None:
+    def _take_parked(self, key: Any) -> _Parked | None:
         """The most recently parked live session for `key`, removed from the parked list."""
         for i in range(len(self._parked) - 1, -1, -1):
             p = self._parked[i]
             if p.key == key and self._connected(p.slot):  # a crashed browser's entries are already dropped
                 del self._parked[i]
-                return p.slot, p.session
+                return p
         return None
 
     def _connected(self, slot: _Slot | None) -> bool:
@@ -273,7 +365,7 @@ class BrowserPool:
         browser = slot.browser
         if browser is None or not browser.is_connected():
             return False
-        try:
+        try:  # the probe never navigates, so it needs no proxy port (the resolver rules still hold)
             ctx = await asyncio.wait_for(browser.new_context(), timeout_s)
             page = await asyncio.wait_for(ctx.new_page(), timeout_s)
             await asyncio.wait_for(page.evaluate("1 + 1"), timeout_s)
@@ -328,6 +420,6 @@ class BrowserPool:
                 for c in s.browser.contexts:
                     contexts += 1
                     pages += len(c.pages)
-        return {"contexts": contexts, "pages": pages, "envs": len(self._envs), "parked": len(self._parked),
+        return {"contexts": contexts, "pages": pages, "envs": len(self._leases), "parked": len(self._parked),
                 "crashes": self.crashes,
                 "launches": sum(s.launches for s in self.slots)}

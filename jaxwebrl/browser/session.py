@@ -8,11 +8,11 @@ allowlist, and the navigation helpers that enforce it. It knows nothing of tasks
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import math
+from typing import Any, Protocol
 
 from playwright.async_api import BrowserContext, Locator, Page
 
-from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.marking import ID_ATTR, MARK_JS, IdCounter, Snapshot, mark_page
 from jaxwebrl.browser.safety import Allowlist, dismiss_dialog, install
 
@@ -21,10 +21,23 @@ class InvalidAction(Exception):
     """An action that refers to something that does not exist (unknown id, bad tab index): a format error."""
 
 
+class AgentTimeout(Exception):
+    """The policy's own request (a wait) does not fit in the time left to its step or episode. The episode
+    ends `agent_timeout`: the policy's outcome, rewarded and trained on, not an infrastructure failure."""
+
+
+class SessionSettings(Protocol):
+    """What a session reads from the env's configuration (EnvConfig provides it)."""
+
+    action_timeout_s: float
+    step_timeout_s: float
+    settle_s: float
+
+
 class BrowserSession:
     """Tabs, element ids and safe navigation for one context. Create with `await BrowserSession.create(...)`."""
 
-    def __init__(self, context: BrowserContext, config: EnvConfig, allowlist: Allowlist) -> None:
+    def __init__(self, context: BrowserContext, config: SessionSettings, allowlist: Allowlist) -> None:
         self.context = context
         self.config = config
         self.allowlist = allowlist
@@ -36,9 +49,11 @@ class BrowserSession:
         self.closed = False
         self.adopt_new_pages = True  # False while an evaluator opens its own scratch page
         self._nav_pending: set[Any] = set()  # in-flight document requests (navigation started, not loaded)
+        self.deadline = math.inf  # loop time by which the current step must end (set by the env per step)
+        self.agent_wait_s = 0.0  # seconds the policy's own waits took in the current step
 
     @classmethod
-    async def create(cls, context: BrowserContext, config: EnvConfig, allowlist: Allowlist) -> "BrowserSession":
+    async def create(cls, context: BrowserContext, config: SessionSettings, allowlist: Allowlist) -> "BrowserSession":
         self = cls(context, config, allowlist)
         context.set_default_timeout(config.action_timeout_s * 1000)
         context.set_default_navigation_timeout(max(config.action_timeout_s, 10.0) * 1000)
@@ -52,9 +67,11 @@ class BrowserSession:
         self._adopt(page)
         return self
 
-    def recycle(self) -> None:
-        """Ready a parked session for its next episode: the ids restart at 1 (the next navigation loads a
-        fresh document), blocked-request history and tab state are cleared."""
+    def recycle(self, allowlist: Allowlist) -> None:
+        """Ready a parked session for its next episode: the allowlist becomes `allowlist`'s (in place: the
+        routes hold this object), the ids restart at 1 (the next navigation loads a fresh document),
+        blocked-request history and tab state are cleared."""
+        self.allowlist.replace(allowlist.origins, allowlist.allow_data_urls)
         self.counter = IdCounter()
         self.last = None
         self.blocked.clear()  # in place: the route handler holds this list
@@ -153,6 +170,22 @@ class BrowserSession:
             raise PermissionError(self.allowlist.why_refused(url))
         await self.page.goto(url, wait_until="load")
 
+    async def blank_forbidden_pages(self) -> list[str]:
+        """Tabs that ended on a url outside the allowlist (a refused redirect, a data: page) are sent to
+        about:blank before anything is observed; returns the urls they were on."""
+        out = []
+        for page in list(self.pages):
+            url = page.url
+            if self.allowlist.allows(url):
+                continue
+            out.append(url)
+            self.blocked.append(url)
+            try:
+                await page.goto("about:blank")
+            except Exception:
+                await page.close()
+        return out
+
     async def settle(self) -> None:
         """Let the page react before observing: a short pause, then wait out any navigation it started."""
         if self.config.settle_s > 0:
@@ -165,6 +198,29 @@ class BrowserSession:
             await self.page.wait_for_load_state("load", timeout=self.config.action_timeout_s * 1000)
         except Exception:
             pass
+
+    # ---- the policy's own time ----------------------------------------------------------------------
+    def start_step(self, deadline: float) -> None:
+        """The env opens a step that must end by loop time `deadline` (step or episode limit, the earlier)."""
+        self.deadline = deadline
+        self.agent_wait_s = 0.0
+
+    def wait_reserve_s(self) -> float:
+        """Time kept free after an agent's wait for the browser's own work (settle, observe)."""
+        return min(self.config.step_timeout_s / 3, 2 * self.config.action_timeout_s)
+
+    async def agent_wait(self, seconds: float) -> None:
+        """Sleep for the policy (wait/noop actions). Raises AgentTimeout at once when the wait would not
+        leave `wait_reserve_s` before the step's deadline: the overrun is the policy's, not the browser's."""
+        loop = asyncio.get_running_loop()
+        left = self.deadline - loop.time() - self.wait_reserve_s()
+        if seconds > left:
+            raise AgentTimeout(f"a wait of {seconds:g} s does not fit in the {max(left, 0):.1f} s left to this step")
+        t0 = loop.time()
+        try:  # a page-bound sleep: it fails at once if the browser dies meanwhile
+            await self.page.wait_for_timeout(seconds * 1000)
+        finally:
+            self.agent_wait_s += loop.time() - t0
 
     # ---- elements ---------------------------------------------------------------------------------
     async def snapshot(self) -> Snapshot:

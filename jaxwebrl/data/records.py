@@ -44,7 +44,7 @@ from typing import Any, Iterable, Iterator
 TERMINATIONS = (
     "done", "max_steps", "context_overflow", "format_errors", "env_error", "generation_length", "format_error",
     "env_step_error", "sandbox_failure",
-    "init_failure", "judge_error", "timeout", "other",
+    "init_failure", "judge_error", "timeout", "agent_timeout", "other",
 )
 
 

@@ -294,3 +294,33 @@ def test_dialogs_iframes_and_popups(runner, pool, sites):
             assert find_id(r.observation, "button", "Press me") == find_id(obs, "button", "Press me")
 
     runner.run(go())
+
+
+def test_numbers_must_be_finite_and_in_range_and_write_needs_an_editable_field(runner, pool, sites):
+    """`wait(NaN)` / `wait(Infinity)` and their bid twins are refused with feedback (nothing waits); `write`
+    into a focused button fails instead of reporting success."""
+
+    async def go():
+        async with pool.episode(pg_task(sites), 0, EnvConfig(action_space="openwebrl")) as (env, obs):
+            for bad in ("NaN", "Infinity", "-Infinity", "1e309", "-1", "31"):
+                r = await env.step('<tool_call>{"name": "wait", "arguments": {"seconds": %s}}</tool_call>' % bad)
+                assert r.format_error and not r.done and "'wait' seconds must be a finite number in 0..30" in r.feedback, bad
+            r = await env.step('<tool_call>{"name": "click", "arguments": {"x": NaN, "y": 5}}</tool_call>')
+            assert r.format_error and "0..1000" in r.feedback
+            bx, by = _center(obs, find_id(obs, "button", "Press me"))
+            r = await env.step(call("click", x=bx, y=by) + call("write", text="into a button"))
+            lines = r.feedback.split("\n")
+            assert await log(env) == "clicked" and len(lines) == 2
+            assert lines[1].startswith("Failed: 'write' execution failed: the focused element <button>") and "editable" in lines[1]
+            sx, sy = _center(obs, find_id(obs, "textbox", "Query"))
+            r = await env.step(call("click", x=sx, y=sy) + call("write", text="ok"))
+            assert r.feedback.split("\n")[1].startswith("Succeed: 'write' typed \"ok\"") and await value(env, "#q") == "ok"
+        async with pool.episode(pg_task(sites), 0, EnvConfig(action_space="bid")) as (env, obs):
+            for bad in ("noop(wait_ms=1e309)", "noop(wait_ms=-1e309)", "noop(wait_ms=20000)", "scroll(0, 1e309)",
+                        "tab_focus(-1)", "noop(wait_ms=True)"):
+                r = await env.step(bad)
+                assert r.format_error and "must be" in r.feedback, (bad, r.feedback)
+            r = await env.step(f"fill('{find_id(obs, 'button', 'Press me')}', 'x')")
+            assert not r.format_error and r.feedback.startswith("Failed: 'fill' execution failed")
+
+    runner.run(go())

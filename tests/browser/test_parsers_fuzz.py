@@ -3,11 +3,18 @@ an exception (no browser needed)."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxwebrl.browser.actions import ACTION_SPACES, Action, ParseError
+from jaxwebrl.browser import EnvConfig
+from jaxwebrl.browser.actions import ACTION_SPACES, Action, ParseError, scan
+from jaxwebrl.browser.actions.base import strip_think
+from jaxwebrl.browser.actions.scan import MAX_RESPONSE_CHARS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,3 +69,122 @@ def test_parsers_accept_reference_formats():
     assert len(ACTION_SPACES["openwebrl"].parse(
         '<tool_call>{"name": "go_back", "arguments": {}}</tool_call><tool_call>{"name": "wait", "arguments": {"seconds": 1}}</tool_call>')) == 2
     assert isinstance(ACTION_SPACES["bid"].parse("__import__('os').system('x')"), ParseError)
+
+
+# ---- linear time: >= 10,000 generated strings per action space, work bounded by the meter ------------------
+
+UNITS = ["\n", " \n", "\r\n", "<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>", "```",
+         "```python\n", "do(", "click [", "click('1')\n", "(", "[", "'", '"', "\\", "{", '{"name": "wait", ',
+         "noop(", "stop [", "type [1] [", "] [", "exit(message=", "\t", "x", "🙂"]
+VALID = ["```click [12]```", "stop [42]", '<answer>do(action="Click", element="7")</answer>', 'exit(message="x")',
+         '<tool_call>{"name": "click", "arguments": {"x": 5, "y": 6}}</tool_call>', "click('12')", "noop(wait_ms=5)"]
+WORK_FACTOR = 8  # scanners may examine each character of the bounded response at most this many times
+N_STRINGS = 10_000
+
+
+def generated(seed: int) -> list[str]:
+    """10,000 strings: random fragment mixes, long runs of newlines and unclosed tags (16-200k chars), and
+    1 MB repetitions of every unit (each with and without a valid action at either end)."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    for unit in UNITS:
+        big = unit * (1_000_000 // len(unit) + 1)
+        out += [big, "click('1')\n" + big, big + '\n```click [1]```', big + '<tool_call>{"name": "go_back"}</tool_call>']
+    while len(out) < N_STRINGS:
+        kind = rng.random()
+        if kind < 0.1:  # a valid action of some space after a long degenerate run
+            out.append(rng.choice(UNITS) * rng.randint(0, 5_000) + "\n" + rng.choice(VALID))
+        elif kind < 0.6:
+            out.append("".join(rng.choice(FRAGMENTS + UNITS) for _ in range(rng.randint(0, 60))))
+        elif kind < 0.9:
+            unit = rng.choice(UNITS)
+            out.append(rng.choice(FRAGMENTS) + unit * rng.randint(500, 5_000) + rng.choice(FRAGMENTS))
+        else:
+            a, b = rng.sample(UNITS, 2)
+            out.append((a * rng.randint(1, 50) + b * rng.randint(1, 50)) * rng.randint(10, 100))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fuzz_strings() -> list[str]:
+    return generated(0)
+
+
+@pytest.mark.parametrize("space", sorted(ACTION_SPACES))
+def test_parsers_linear_work_on_10k_generated_strings(space, fuzz_strings):
+    parse = ACTION_SPACES[space].parse
+    assert len(fuzz_strings) >= N_STRINGS and sum(len(t) >= 1_000_000 for t in fuzz_strings) >= len(UNITS)
+    worst, parsed, slowest = 0.0, 0, 0.0
+    for text in fuzz_strings:
+        scan.METER.reset()
+        t0 = time.thread_time()  # CPU time of this thread: reported, not asserted (the meter is the bound)
+        out = parse(text)
+        slowest = max(slowest, time.thread_time() - t0)
+        assert isinstance(out, (list, ParseError))
+        if isinstance(out, ParseError):  # a real verdict, not the never_raises safety net catching a crash
+            assert not out.message.startswith("could not parse the"), (out.message, text[:80])
+        else:
+            parsed += 1
+        bounded = min(len(text), 2 * MAX_RESPONSE_CHARS)
+        assert (scan.METER.chars > 0 or not text) and scan.METER.chars <= WORK_FACTOR * bounded + 256, (space, len(text), scan.METER.chars, text[:60])
+        worst = max(worst, scan.METER.chars / max(bounded, 1))
+    assert parsed > 0  # the mix also holds actions the space accepts
+    print(f"{space}: {len(fuzz_strings)} strings, {parsed} parsed to actions, max work {worst:.2f} chars per "
+          f"bounded input char, slowest parse {slowest * 1000:.1f} ms CPU")
+
+
+def test_meter_sees_quadratic_scanning():
+    """The property can fail: the regex the scanners replaced examines each unclosed tag's tail again."""
+    text = "<think>" * 2_000
+    scan.METER.reset()
+    strip_think(text)
+    linear = scan.METER.chars
+    quadratic = sum(len(text) - i for i in range(0, len(text), len("<think>")))  # what `<think>.*?</think>` scans
+    assert linear <= WORK_FACTOR * len(text) < quadratic
+
+
+def test_one_env_parsing_1mb_does_not_block_another(runner, pool, sites):
+    """While env A's step parses a 1 MB response (a run of newlines: the input the old `^\\s*` regexes were
+    quadratic on), env B in the same pool completes a step, and the loop never stalls for long."""
+    from tests.browser.conftest import find_id, pg_task
+
+    async def go():
+        cfg = EnvConfig(action_space="bid")
+        a, b = await pool.new_env(cfg), await pool.new_env(cfg)
+        try:
+            await a.reset(pg_task(sites), 0)
+            obs_b = await b.reset(pg_task(sites), 0)
+            ticks: list[float] = []
+            stop = asyncio.Event()
+
+            async def ticker() -> None:
+                while not stop.is_set():
+                    ticks.append(time.monotonic())
+                    await asyncio.sleep(0.005)
+
+            tick_task = asyncio.ensure_future(ticker())
+            finished: list[str] = []
+
+            async def step(env, text, name):
+                res = await env.step(text)
+                finished.append(name)
+                return res
+
+            big = "noop(wait_ms=1000)\n" + "\n" * 1_000_000
+            ta = asyncio.ensure_future(step(a, big, "a"))
+            await asyncio.sleep(0)
+            rb = await step(b, f"click('{find_id(obs_b, 'button', 'Press me')}')", "b")
+            ra = await ta
+            stop.set()
+            await tick_task
+            assert not ra.format_error and [x.name for x in ra.actions] == ["noop"]
+            assert not rb.format_error and await b.session.page.locator("#log").inner_text() == "clicked"
+            assert finished == ["b", "a"]
+            stall = max(y - x for x, y in zip(ticks, ticks[1:]))
+            assert len(ticks) > 20 and stall < 1.0, stall  # the old parse held the loop for seconds
+            print(f"loop ticks during the steps: {len(ticks)}, longest stall {stall * 1000:.0f} ms")
+        finally:
+            await a.close()
+            await b.close()
+
+    runner.run(go())

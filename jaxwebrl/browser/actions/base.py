@@ -10,11 +10,15 @@ wrong, which the environment counts as a format error.
 from __future__ import annotations
 
 import ast
-import re
+import math
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from jaxwebrl.browser.actions import scan
+from jaxwebrl.browser.session import AgentTimeout, InvalidAction
+
 MAX_ACTION_CHARS = 20_000
+MAX_CALLS = 64  # statements `parse_calls` reads from one response (each costs an ast walk)
 
 
 @dataclass(frozen=True)
@@ -73,19 +77,33 @@ class ActionSpace:
 
 
 def strip_think(text: str) -> str:
-    """Drop `<think>...</think>` reasoning so that actions quoted inside it are not picked up."""
-    return re.sub(r"<think>.*?</think>", " ", text, flags=re.S)
+    """Drop `<think>...</think>` reasoning so that actions quoted inside it are not picked up (one linear
+    pass; an unclosed `<think>` is kept)."""
+    return scan.remove_pairs(text, "<think>", "</think>", " ")
 
 
 def last_fenced(text: str) -> str | None:
-    """Content of the last ``` fenced block, language tag removed; None when there is none."""
-    blocks = re.findall(r"```(?:[a-zA-Z_]*\n)?(.*?)```", text, flags=re.S)
-    return blocks[-1].strip() if blocks else None
+    """Content of the last ``` fenced block, language tag (letters then a newline) removed; None when there
+    is none."""
+    inner = scan.last_inner(text, "```", "```")
+    if inner is None:
+        return None
+    i = 0
+    while i < len(inner) and inner[i] in _LANG_CHARS:
+        i += 1
+    scan.METER.add(i + 1)
+    if i < len(inner) and inner[i] == "\n":
+        inner = inner[i + 1:]
+    return inner.strip()
+
+
+_LANG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 
 
 def tag_content(text: str, tag: str) -> str | None:
-    found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.S)
-    return found[-1].strip() if found else None
+    """Inner text of the last `<tag>...</tag>`, stripped; None when there is none."""
+    inner = scan.last_inner(text, f"<{tag}>", f"</{tag}>")
+    return None if inner is None else inner.strip()
 
 
 _QUOTES = {"\u2018\u2018": '"', "\u2019\u2019": '"', "\u201c": '"', "\u201d": '"', "``": '"', "''": '"'}
@@ -105,6 +123,9 @@ def parse_calls(code: str) -> list[tuple[str, list[Any], dict[str, Any]]] | str:
     """
     if len(code) > MAX_ACTION_CHARS:
         return f"action text longer than {MAX_ACTION_CHARS} characters"
+    scan.METER.add(len(code))  # ast.parse and literal_eval are linear in the (bounded) code
+    if code.count("\n") + code.count(";") >= MAX_CALLS:
+        return f"more than {MAX_CALLS} statements; write one call per line, at most {MAX_CALLS}"
     try:
         tree = ast.parse(code.strip(), mode="exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
@@ -133,22 +154,22 @@ def parse_calls(code: str) -> list[tuple[str, list[Any], dict[str, Any]]] | str:
 
 async def run_safely(coro: Awaitable[ExecResult], what: str) -> ExecResult:
     """Turn any exception from Playwright into a `Failed:` feedback; InvalidAction into an invalid result."""
-    from jaxwebrl.browser.session import InvalidAction
-
     try:
         return await coro
+    except AgentTimeout:
+        raise  # ends the episode (the env books it as agent_timeout)
     except InvalidAction as exc:
         return ExecResult(feedback=f"Invalid action: {exc}.", invalid=True)
     except PermissionError as exc:
         return ExecResult(feedback=f"Failed: '{what}' refused: {exc}.", failed=True)
     except Exception as exc:  # Playwright errors, timeouts: data, not crashes
         msg = str(exc).strip().split("\n")[0][:300]
-        if _is_closed_error(exc):
+        if is_closed_error(exc):
             raise
         return ExecResult(feedback=f"Failed: '{what}' execution failed: {msg}", failed=True)
 
 
-def _is_closed_error(exc: Exception) -> bool:
+def is_closed_error(exc: Exception) -> bool:
     """Errors that mean the browser/context is gone; these propagate so the env reports env_error."""
     name = type(exc).__name__
     text = str(exc)
@@ -157,8 +178,8 @@ def _is_closed_error(exc: Exception) -> bool:
     )
 
 
-def require_str(args: dict[str, Any], key: str) -> str:
-    value = args.get(key)
-    if value is None:
-        raise KeyError(key)
-    return str(value)
+def is_number(value: Any, lo: float, hi: float) -> bool:
+    """A real, finite number in [lo, hi] (bools, NaN and infinities are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return (isinstance(value, int) or math.isfinite(value)) and lo <= value <= hi

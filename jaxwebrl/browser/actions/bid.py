@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from jaxwebrl.browser.actions import common
+from jaxwebrl.browser.actions import common, scan
 from jaxwebrl.browser.actions.base import (
     never_raises,
-    Action, ActionSpace, ExecResult, ParseError, ParseResult, last_fenced, parse_calls, run_safely, strip_think,
+    Action, ActionSpace, ExecResult, ParseError, ParseResult, is_number, last_fenced, parse_calls, run_safely,
+    strip_think,
 )
 from jaxwebrl.browser.session import BrowserSession
 
@@ -45,7 +46,11 @@ SIGNATURES: dict[str, tuple[tuple[str, ...], int, dict[str, Any]]] = {
     "noop": (("wait_ms",), 0, {"wait_ms": 1000}),
     "send_msg_to_user": (("text",), 1, {}),
 }
-_LINE = re.compile(r"^\s*(" + "|".join(SIGNATURES) + r")\s*\(.*\)\s*$", re.M)
+# a whole line holding one call; blank runs stop at newlines and `.*` backtracks only within its line
+_LINE = re.compile(r"^[^\S\n]*(" + "|".join(SIGNATURES) + r")[^\S\n]*\(.*\)[^\S\n]*$", re.M)
+#: Range of each numeric argument: pixels of scroll, milliseconds of noop, tab index.
+NUMERIC = {"delta_x": (-100_000, 100_000), "delta_y": (-100_000, 100_000), "wait_ms": (0, 10_000),
+           "index": (0, 1_000)}
 
 DESCRIPTION = "\n".join(f"{n}({', '.join(p)})" for n, (p, _, _) in SIGNATURES.items())
 
@@ -68,9 +73,11 @@ def _bind(name: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any] 
             return f"{name}() needs a numeric element id like '12', got {bound[k]!r}"
         if k in bound:
             bound[k] = str(bound[k]).strip()
-    for k in ("delta_x", "delta_y", "wait_ms", "index"):
-        if k in bound and (isinstance(bound[k], bool) or not isinstance(bound[k], (int, float))):
-            return f"{name}() argument {k} must be a number, got {bound[k]!r}"
+    for k, (lo, hi) in NUMERIC.items():
+        if k in bound and not is_number(bound[k], lo, hi):
+            return f"{name}() argument {k} must be a finite number in {lo}..{hi}, got {bound[k]!r}"
+    if "index" in bound and not isinstance(bound["index"], int):
+        return f"{name}() argument index must be an integer, got {bound['index']!r}"
     for k in ("value", "key_comb", "key", "text", "url", "button"):
         if k in bound and not isinstance(bound[k], str):
             return f"{name}() argument {k} must be a string, got {bound[k]!r}"
@@ -88,13 +95,13 @@ def _bind(name: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any] 
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseError("the response is not text")
-    body = strip_think(text[:50_000])
+    body = strip_think(scan.bound(text))
     cand = last_fenced(body)
     if cand is None:
         cand = body.strip()
     calls = parse_calls(cand)
     if isinstance(calls, str):
-        lines = [m.group(0).strip() for m in _LINE.finditer(cand)]
+        lines = [m.group(0).strip() for m in scan.line_starts(_LINE, cand)]
         if not lines:
             return ParseError(f"no valid action found: {calls}", text[:200])
         calls = parse_calls("\n".join(lines))
@@ -159,8 +166,8 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
             return ExecResult(await common.tab_focus(session, int(a["index"])))
         if n == "tab_close":
             return ExecResult(await common.close_tab(session))
-        wait = max(0.0, min(float(a["wait_ms"]), 10_000.0))
-        await session.page.wait_for_timeout(wait)
+        wait = float(a["wait_ms"])
+        await session.agent_wait(wait / 1000)
         return ExecResult(f"Waited {wait:g} ms.")
 
     return await run_safely(run(), n)

@@ -12,15 +12,14 @@ the pointer before and after the call.
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import json
-import re
 from typing import Any
 
-from jaxwebrl.browser.actions import common
+from jaxwebrl.browser.actions import common, scan
 from jaxwebrl.browser.actions.base import (
     never_raises,
-    Action, ActionSpace, ExecResult, ParseError, ParseResult, run_safely, strip_think,
+    Action, ActionSpace, ExecResult, ParseError, ParseResult, is_number, run_safely, strip_think,
 )
 from jaxwebrl.browser.session import BrowserSession, InvalidAction
 
@@ -40,7 +39,8 @@ TOOLS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "done": ((), {"answer": ""}),
 }
 COORDS = ("x", "y", "x1", "y1", "x2", "y2")
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+MAX_WAIT_S = 30.0
+MAX_CALLS = 64  # tool calls read from one response
 
 DESCRIPTION = """Call tools as <tool_call>{"name": ..., "arguments": {...}}</tool_call>; several calls run in order.
 click(x, y, button="left", click_type="single"|"double"); hover(x, y); drag(x1, y1, x2, y2);
@@ -63,7 +63,7 @@ def _validate(name: str, args: dict[str, Any]) -> dict[str, Any] | str:
     for k in COORDS:
         if k in out:
             v = out[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1000:
+            if not is_number(v, 0, 1000):
                 return f"'{name}' coordinate {k} must be a number in 0..1000, got {v!r}"
     if name == "click":
         if out["button"] not in ("left", "right", "middle"):
@@ -83,16 +83,16 @@ def _validate(name: str, args: dict[str, Any]) -> dict[str, Any] | str:
         if not isinstance(out["direction"], str) or out["direction"].lower() not in ("up", "down", "left", "right"):
             return f"'scroll' direction must be up, down, left or right, got {out['direction']!r}"
         amt = out["amount"]
-        if isinstance(amt, bool) or not isinstance(amt, (int, float)) or not 0 < amt <= 1000:
+        if not is_number(amt, 0, 1000) or amt == 0:
             return f"'scroll' amount must be a positive number (percent of the viewport), got {amt!r}"
     if name == "goto_url" and (not isinstance(out["url"], str) or not out["url"].strip()):
         return "'goto_url' needs a url string"
     if name == "wait":
         s = out["seconds"]
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or s < 0:
-            return "'wait' seconds must be a non-negative number"
-    if name == "switch_tab" and (isinstance(out["index"], bool) or not isinstance(out["index"], int)):
-        return "'switch_tab' index must be an integer"
+        if not is_number(s, 0, MAX_WAIT_S):
+            return f"'wait' seconds must be a finite number in 0..{MAX_WAIT_S:g}, got {s!r}"
+    if name == "switch_tab" and (not isinstance(out["index"], int) or not is_number(out["index"], 0, 1000)):
+        return f"'switch_tab' index must be an integer in 0..1000, got {out['index']!r}"
     if name == "done" and not isinstance(out["answer"], str):
         out["answer"] = json.dumps(out["answer"])
     return out
@@ -101,11 +101,13 @@ def _validate(name: str, args: dict[str, Any]) -> dict[str, Any] | str:
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseError("the response is not text")
-    blocks = _BLOCK.findall(strip_think(text[:100_000]))
+    body = strip_think(scan.bound(text, 2 * scan.MAX_RESPONSE_CHARS))
+    blocks = [m.group(1) for m in itertools.islice(scan.pairs(body, "<tool_call>", "</tool_call>"), MAX_CALLS)]
     if not blocks:
         return ParseError('no tool call found; use <tool_call>{"name": ..., "arguments": {...}}</tool_call>', text[:200])
     out: list[Action] = []
     for i, block in enumerate(blocks):
+        scan.METER.add(len(block))  # json.loads is linear in its input
         try:
             obj = json.loads(block.strip())
         except (ValueError, RecursionError) as exc:
@@ -191,8 +193,12 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
             return ExecResult(f"Succeed: 'drag' from ({a['x1']:g}, {a['y1']:g}) to ({a['x2']:g}, {a['y2']:g}) executed.")
         if n == "write":
             focused = await session.focused_info()
-            if not focused or focused.get("value") is None:
+            if not focused:
                 return ExecResult("Failed: 'write' execution failed: no focused input field; click the field first.",
+                                  failed=True)
+            if not focused.get("editable"):
+                return ExecResult(f"Failed: 'write' execution failed: the focused element {_describe(focused)} is not "
+                                  "an editable field (input, textarea or contenteditable); click a text field first.",
                                   failed=True)
             await page.keyboard.press("ControlOrMeta+a")
             await page.keyboard.press("Delete")
@@ -239,8 +245,8 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
                 return ExecResult("Succeed: 'go_back' executed. Note: no previous page in history; the url did not change.")
             return ExecResult(f"Succeed: 'go_back' executed. Page navigated to {session.page.url}.")
         if n == "wait":
-            secs = min(float(a["seconds"]), 30.0)
-            await asyncio.sleep(secs)
+            secs = float(a["seconds"])
+            await session.agent_wait(secs)
             return ExecResult(f"Succeed: 'wait' for {secs:g} seconds executed.")
         if n == "new_tab":
             await session.new_tab()

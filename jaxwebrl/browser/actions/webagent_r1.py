@@ -11,10 +11,9 @@ examples are accepted. `Search` = `Type` + Enter; `Type` replaces the field's co
 
 from __future__ import annotations
 
-import asyncio
 import re
 
-from jaxwebrl.browser.actions import common
+from jaxwebrl.browser.actions import common, scan
 from jaxwebrl.browser.actions.base import (
     never_raises,
     Action, ActionSpace, ExecResult, ParseError, ParseResult, normalise_quotes, parse_calls, run_safely,
@@ -26,7 +25,8 @@ DO_ACTIONS = ("Click", "Right Click", "Type", "Search", "Hover", "Scroll Up", "S
               "Switch Tab", "Select Dropdown Option", "Wait")
 NEEDS_ELEMENT = ("Click", "Right Click", "Type", "Search", "Hover", "Select Dropdown Option")
 NEEDS_ARGUMENT = ("Type", "Search", "Switch Tab", "Select Dropdown Option")
-_CALL_START = re.compile(r"\b(do|exit|go_backward|go_forward)\s*\(")
+# literals then one blank run: the runs after different matches are disjoint, so finditer is linear
+_CALL_START = re.compile(r"\b(do|exit|go_backward|go_forward)[ \t\r\n]*\(")
 
 DESCRIPTION = """do(action, argument, element): one browsing operation. action is one of "Click", "Right Click",
 "Type", "Search", "Hover", "Scroll Up", "Scroll Down", "Press Enter", "Switch Tab", "Select Dropdown Option",
@@ -39,9 +39,10 @@ go_backward(): previous page.  go_forward(): next page."""
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseError("the response is not text")
-    body = normalise_quotes(text[:50_000])
+    body = normalise_quotes(scan.bound(text))
     answer = tag_content(body, "answer")
     body = answer if answer is not None else strip_think(body)
+    scan.METER.add(len(body))
     starts = list(_CALL_START.finditer(body))
     if not starts:
         return ParseError("the action could not be parsed: expected do(...), exit(...), go_backward() or go_forward()",
@@ -49,6 +50,7 @@ def _parse(text: str) -> ParseResult:
     code = body[starts[-1].start():].strip()
     # keep only up to the matching closing parenthesis of the call
     depth, end, quote, escaped = 0, None, None, False
+    scan.METER.add(len(code))
     for i, ch in enumerate(code):
         if quote:
             if escaped:
@@ -140,7 +142,7 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
             return ExecResult(await common.tab_focus(session, idx))
         if act == "Select Dropdown Option":
             return ExecResult(await common.select_option(session, el, str(arg)))
-        await asyncio.sleep(1.0)  # Wait
+        await session.agent_wait(1.0)  # Wait
         return ExecResult("Waited 1 second.")
 
     return await run_safely(run(), a.get("action", action.name))

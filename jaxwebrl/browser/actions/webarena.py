@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from jaxwebrl.browser.actions import common
+from jaxwebrl.browser.actions import common, scan
 from jaxwebrl.browser.actions.base import (
     never_raises,
     Action, ActionSpace, ExecResult, ParseError, ParseResult, last_fenced, run_safely, strip_think,
@@ -22,7 +22,12 @@ from jaxwebrl.browser.session import BrowserSession
 
 NAMES = ("click", "hover", "type", "press", "scroll", "new_tab", "tab_focus", "close_tab", "goto",
          "go_back", "go_forward", "stop")
-_START = re.compile(r"^\s*(" + "|".join(NAMES) + r")\b", re.M)
+_NAME = re.compile(r"(" + "|".join(NAMES) + r")\b")
+# a line whose first word is an action name; the blank run stops at a newline (linear, see scan.line_starts)
+_START = re.compile(r"^[^\S\n]*(" + "|".join(NAMES) + r")\b", re.M)
+_ID = re.compile(r"\[[ \t]*(\d+)[ \t]*\]")  # one bracketed id, no overlapping quantifiers
+_FLAG = re.compile(r"(?:press_enter_after[ \t]*=[ \t]*)?([01])")
+_DIRECTION = re.compile(r"(?:direction[ \t]*=[ \t]*)?(up|down)", re.I)
 
 DESCRIPTION = """click [id]: click the element with id.
 hover [id]: hover over the element with id.
@@ -34,71 +39,98 @@ goto [url]: open url.  go_back: previous page.  go_forward: next page.
 stop [answer]: finish; put the answer (or N/A) in the brackets."""
 
 
+def _starts(body: str) -> list[int]:
+    """Offsets of lines whose first non-blank word is an action name (one pass over the lines)."""
+    return [m.start(1) for m in scan.line_starts(_START, body)]
+
+
 def _candidate(text: str) -> str | None:
     body = strip_think(text)
     fenced = last_fenced(body)
-    if fenced is not None and _START.search(fenced):
+    if fenced is not None and _starts(fenced):
         body = fenced
-    starts = list(_START.finditer(body))
+    starts = _starts(body)
     if not starts:
         return None
-    return body[starts[-1].start():].strip()
+    return body[starts[-1]:].strip()
+
+
+def _brackets(line: str) -> tuple[str, str] | None:
+    """`[inner] rest` -> (inner up to the first ']', rest stripped), None when the line does not start so."""
+    if not line.startswith("["):
+        return None
+    end = scan.find(line, "]", 1)
+    return None if end < 0 else (line[1:end], line[end + 1:].strip())
+
+
+def _last_bracket(s: str) -> tuple[str, str] | None:
+    """`head [inner]` (s stripped, ends with ']') -> (head stripped, inner), using the last '['."""
+    if not s.endswith("]"):
+        return None
+    lb = s.rfind("[")
+    scan.METER.add(len(s))
+    return None if lb < 0 else (s[:lb].strip(), s[lb + 1:-1])
+
+
+def _full(pattern: re.Pattern[str], s: str) -> re.Match[str] | None:
+    scan.METER.add(len(s))
+    return pattern.fullmatch(s)
 
 
 def _parse(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseError("the response is not text")
-    cand = _candidate(text[:50_000])
+    cand = _candidate(scan.bound(text))
     if cand is None:
         return ParseError(
             "no action found; write one action such as ```click [12]``` (valid: " + ", ".join(NAMES) + ")",
             text[:200],
         )
-    name = _START.match(cand).group(1)
-    rest = cand.lstrip()[len(name):]
-    one_line = rest.split("\n")[0].strip()
+    name = _NAME.match(cand).group(1)
+    rest = cand[len(name):]
+    one_line = rest.split("\n", 1)[0].strip()
     err = lambda m: ParseError(m, cand[:200])  # noqa: E731
 
     if name in ("new_tab", "close_tab", "go_back", "go_forward"):
         return [Action(name, {}, cand)]
     if name in ("click", "hover"):
-        m = re.match(r"^\[\s*(\d+)\s*\](?:\s*\[.*\])?\s*$", one_line)
-        if not m:
+        m = scan.match_line(_ID, one_line)
+        tail = one_line[m.end():].strip() if m else ""
+        if not m or (tail and not (tail.startswith("[") and tail.endswith("]"))):
             return err(f"{name} needs a numeric element id, e.g. {name} [12]")
         return [Action(name, {"id": m.group(1)}, cand)]
     if name == "type":
-        m = re.match(r"^\[\s*(\d+)\s*\]\s*\[(.*)\]\s*\[\s*(?:press_enter_after\s*=\s*)?([01])\s*\]\s*$", one_line)
-        if m:
-            return [Action("type", {"id": m.group(1), "text": m.group(2), "enter": m.group(3) == "1"}, cand)]
-        m = re.match(r"^\[\s*(\d+)\s*\]\s*\[(.*)\]\s*$", one_line)
-        if m:
-            return [Action("type", {"id": m.group(1), "text": m.group(2), "enter": True}, cand)]
+        m = scan.match_line(_ID, one_line)
+        body = one_line[m.end():].strip() if m else ""
+        if m and body.startswith("[") and body.endswith("]"):
+            split = _last_bracket(body)
+            if split is not None and split[0].startswith("[") and split[0].endswith("]") and _full(_FLAG, split[1].strip()):
+                return [Action("type", {"id": m.group(1), "text": split[0][1:-1],
+                                        "enter": split[1].strip()[-1] == "1"}, cand)]
+            return [Action("type", {"id": m.group(1), "text": body[1:-1], "enter": True}, cand)]
         return err("type needs an element id and content, e.g. type [12] [hello] [1]")
-    if name == "press":
-        m = re.match(r"^\[(.+)\]\s*$", one_line)
-        if not m or not m.group(1).strip():
-            return err("press needs a key combination, e.g. press [Enter]")
-        return [Action("press", {"keys": m.group(1).strip()}, cand)]
+    if name in ("press", "goto"):
+        inner = one_line[1:-1] if one_line.startswith("[") and one_line.endswith("]") else ""
+        if not inner.strip():
+            example = "press [Enter]" if name == "press" else "goto [http://localhost:8080/]"
+            return err(f"{name} needs a {'key combination' if name == 'press' else 'url'}, e.g. {example}")
+        return [Action(name, {"keys" if name == "press" else "url": inner.strip()}, cand)]
     if name == "scroll":
-        m = re.match(r"^\[\s*(?:direction\s*=\s*)?(up|down)\s*\]\s*$", one_line, flags=re.I)
+        got = _brackets(one_line)
+        m = _full(_DIRECTION, got[0].strip()) if got and not got[1] else None
         if not m:
             return err("scroll needs a direction, e.g. scroll [down]")
         return [Action("scroll", {"direction": m.group(1).lower()}, cand)]
     if name == "tab_focus":
-        m = re.match(r"^\[\s*(\d+)\s*\]\s*$", one_line)
-        if not m:
+        m = scan.match_line(_ID, one_line)
+        if not m or one_line[m.end():].strip():
             return err("tab_focus needs a tab index, e.g. tab_focus [0]")
         return [Action("tab_focus", {"index": int(m.group(1))}, cand)]
-    if name == "goto":
-        m = re.match(r"^\[(.+)\]\s*$", one_line)
-        if not m or not m.group(1).strip():
-            return err("goto needs a url, e.g. goto [http://localhost:8080/]")
-        return [Action("goto", {"url": m.group(1).strip()}, cand)]
     # stop: the answer may span lines and contain brackets
-    m = re.match(r"^\s*\[(.*)\]\s*$", rest, flags=re.S)
-    if m:
-        return [Action("stop", {"answer": m.group(1).strip()}, cand)]
-    if not rest.strip():
+    answer = rest.strip()
+    if answer.startswith("[") and answer.endswith("]"):
+        return [Action("stop", {"answer": answer[1:-1].strip()}, cand)]
+    if not answer:
         return [Action("stop", {"answer": ""}, cand)]
     return err("stop takes the answer in brackets, e.g. stop [42]")
 
