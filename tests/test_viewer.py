@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import functools
 import http.server
 import io
@@ -30,6 +31,7 @@ from jaxwebrl.recipes.evaluate import evaluate
 from jaxwebrl.viewer import (
     TURN_INFO_KEY,
     ViewerLog,
+    episodes_from_reports,
     episodes_from_trajectories,
     sample_trajectories,
     write_viewer,
@@ -178,7 +180,9 @@ def run(site, tokenizer):
                 await e.close()
             return training, report, shot
 
-    training, report, shot = asyncio.run(go())
+    # in a thread of its own: the sync Playwright of the `browser` fixture may already run a loop in this one
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        training, report, shot = pool.submit(asyncio.run, go()).result()
     return {"tasks": tasks, "training": training, "report": report, "shot": shot, "engine": engine}
 
 
@@ -211,8 +215,10 @@ def viewer_file(run, tmp_path_factory, tokenizer):
     out = tmp_path_factory.mktemp("viewer")
     log = ViewerLog(out / "viewer_episodes.jsonl")
     for it, trajs in run["training"].items():
-        log.add(episodes_from_trajectories(sample_trajectories(trajs, k=3, seed=it), policy="scripted", iteration=it))
-    episodes = log.read() + episodes_from_trajectories(run["report"].trajectories, policy="eval", tokenizer=tokenizer)
+        log.add_trajectories(trajs, policy="scripted", iteration=it, k=3, seed=it)
+    log.add_trajectories(run["training"][1], policy="scripted", iteration=1, k=3, seed=1)  # iteration 1 again (resume)
+    assert len(log.read()) == 6
+    episodes = log.read() + episodes_from_reports({"eval": run["report"]}, tokenizer=tokenizer)
     return write_viewer(out / "viewer.html", episodes), episodes
 
 
@@ -276,7 +282,7 @@ def test_a_step_shows_its_action(browser, viewer_file, run):
     assert f"logprob sum {sum(lp):.3f}, mean {sum(lp) / len(lp):.3f}" in numbers
     assert "reward 1.000 (episode reward)" in numbers
     assert page.locator("#step-prompt").count() == 1  # eval episodes were built with the tokenizer
-    page.click("#steps .step[data-index='0']")
+    page.keyboard.press("ArrowLeft")  # keys move between steps
     assert page.inner_text("#step-action") == "(none)"
     assert page.inner_text("#step-feedback").startswith("Invalid action")
     assert events == []
@@ -337,8 +343,10 @@ def test_screenshot_with_the_hit_element_marked(browser, run, tmp_path):
     assert events == []
 
 
-def test_caps_bound_the_page(run, tmp_path):
+def test_sampling_and_caps_bound_the_page(run, tmp_path):
     trajs = [t for ts in run["training"].values() for t in ts]
+    picked = sample_trajectories(trajs, 4, seed=0)
+    assert len(picked) == 4 and {t.task_id for t in picked} == {"hostile", "plain-yes", "plain-no", "down"}
     eps = episodes_from_trajectories(trajs, "scripted", 0, max_chars=50)
     assert any("more characters cut by the viewer" in s["observation"] for e in eps for s in e.steps)
     html = (write_viewer(tmp_path / "v.html", eps, max_episodes=3)).read_text()

@@ -1,16 +1,19 @@
 """Static HTML trajectory viewer: see what the agent did, episode by episode and step by step.
 
     from jaxwebrl.viewer import episodes_from_trajectories, write_viewer
-    eps = episodes_from_trajectories(report.trajectories, policy="RL")
-    write_viewer(workdir / "viewer.html", eps)
+    log = ViewerLog(workdir / "viewer_episodes.jsonl")       # the online loop, once per iteration:
+    log.add_trajectories(trajectories, policy="grpo rollout", iteration=it, k=8)
+    write_viewer(workdir / "viewer.html", log.read() + episodes_from_reports({"BC": bc_report, "RL": rl_report}))
 """
 
+from jaxwebrl.viewer.config import ViewerConfig
 from jaxwebrl.viewer.capture import TURN_INFO_KEY, element_hit, marked_thumbnail, turn_info
 from jaxwebrl.viewer.episodes import (
     MAX_CHARS,
     ViewerEpisode,
     ViewerLog,
     episode_from_trajectory,
+    episodes_from_reports,
     episodes_from_trajectories,
     sample_trajectories,
     select_episodes,
@@ -18,7 +21,7 @@ from jaxwebrl.viewer.episodes import (
 from jaxwebrl.viewer.page import MAX_EPISODES, MAX_SCREENSHOTS, render_viewer, write_viewer
 
 __all__ = [
-    "MAX_CHARS", "MAX_EPISODES", "MAX_SCREENSHOTS", "TURN_INFO_KEY", "ViewerEpisode", "ViewerLog", "element_hit",
-    "episode_from_trajectory", "episodes_from_trajectories", "marked_thumbnail", "render_viewer",
+    "MAX_CHARS", "MAX_EPISODES", "MAX_SCREENSHOTS", "TURN_INFO_KEY", "ViewerConfig", "ViewerEpisode", "ViewerLog", "element_hit",
+    "episode_from_trajectory", "episodes_from_reports", "episodes_from_trajectories", "marked_thumbnail", "render_viewer",
     "sample_trajectories", "select_episodes", "turn_info", "write_viewer",
 ]

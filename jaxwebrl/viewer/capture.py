@@ -16,7 +16,7 @@ import base64
 import io
 from typing import Any, Sequence
 
-THUMB_WIDTH = 480
+THUMB_WIDTH = 640
 TURN_INFO_KEY = "turn_info"
 _ELEMENT_KEYS = ("bid", "id", "element")  # the element-id argument of the bid / webarena / webagent_r1 spaces
 

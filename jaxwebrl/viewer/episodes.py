@@ -18,7 +18,7 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from jaxwebrl.data.records import Trajectory
 from jaxwebrl.viewer.capture import TURN_INFO_KEY
@@ -123,6 +123,16 @@ def episodes_from_trajectories(
     return [episode_from_trajectory(t, policy, iteration, tokenizer=tokenizer, max_chars=max_chars) for t in trajs]
 
 
+def episodes_from_reports(
+    reports: Mapping[str, Any], iteration: int | None = None, *, tokenizer: Any = None, max_chars: int = MAX_CHARS,
+) -> list[ViewerEpisode]:
+    """Every evaluated episode of `reports` (policy name -> `recipes.evaluate.EvalReport`), labelled with
+    its policy name."""
+    return [e for name, report in reports.items()
+            for e in episodes_from_trajectories(report.trajectories, name, iteration, tokenizer=tokenizer,
+                                                max_chars=max_chars)]
+
+
 def _spread(items: Sequence[Any], k: int, stratum: Callable[[Any], Any], seed: int) -> list[Any]:
     """`k` of `items`, taken round-robin over strata (each shuffled with `seed`), in their original order."""
     if k >= len(items):
@@ -175,3 +185,14 @@ class ViewerLog:
                 f.write(json.dumps(e.to_dict(), separators=(",", ":")) + "\n")
         tmp.replace(self.path)
         return len(kept)
+
+    def add_trajectories(
+        self, trajs: Sequence[Trajectory], policy: str, iteration: int | None, k: int, *, seed: int = 0,
+        tokenizer: Any = None, max_chars: int = MAX_CHARS,
+    ) -> int:
+        """Keep `k` of one iteration's trajectories (spread over task and success; see
+        `sample_trajectories`); returns how many episodes the log holds. k = 0 keeps none."""
+        if k <= 0:
+            return len(self.read())
+        picked = sample_trajectories(trajs, k, seed)
+        return self.add(episodes_from_trajectories(picked, policy, iteration, tokenizer=tokenizer, max_chars=max_chars))

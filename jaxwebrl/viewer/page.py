@@ -47,7 +47,7 @@ _PAGE = """<!DOCTYPE html>
 <div id="list"><table>
 <thead><tr><th>policy</th><th>iter</th><th>task</th><th>seed</th><th>ok</th><th>reward</th><th>termination</th><th>steps</th></tr></thead>
 <tbody id="episodes"></tbody></table></div>
-<div id="detail"><div id="episode-head"><div class="empty">Click an episode.</div></div><div id="steps"></div><div id="step-detail"></div></div>
+<div id="detail"><div id="episode-head"><div class="empty">Click an episode (keys: up/down for episodes, left/right for steps).</div></div><div id="steps"></div><div id="step-detail"></div></div>
 </main>
 <script type="application/json" id="viewer-data">{data}</script>
 <script>{script}</script>

@@ -5,6 +5,7 @@
   const DATA = JSON.parse(document.getElementById("viewer-data").textContent);
   const episodes = DATA.episodes;
   const $ = (id) => document.getElementById(id);
+  let current = -1, currentStep = -1;
   const FILTERS = {
     task: (e) => e.task,
     policy: (e) => e.policy,
@@ -94,6 +95,8 @@
 
   function showEpisode(i) {
     const e = episodes[i];
+    current = i;
+    currentStep = -1;
     for (const row of document.querySelectorAll("#episodes .episode.selected")) row.classList.remove("selected");
     document.querySelector('#episodes .episode[data-index="' + i + '"]').classList.add("selected");
     const head = $("episode-head");
@@ -123,6 +126,7 @@
 
   function showStep(e, j) {
     const s = e.steps[j];
+    currentStep = j;
     for (const b of document.querySelectorAll("#steps .step")) b.classList.toggle("selected", Number(b.dataset.index) === j);
     const box = $("step-detail");
     box.replaceChildren();
@@ -163,6 +167,25 @@
       box.appendChild(d);
     }
   }
+
+  // ---- keys: up/down = previous/next shown episode, left/right = previous/next step ---------------
+  document.addEventListener("keydown", (ev) => {
+    if (ev.target instanceof HTMLSelectElement || ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
+      const rows = Array.from(document.querySelectorAll("#episodes .episode")).filter((r) => !r.hidden);
+      if (!rows.length) return;
+      const at = rows.findIndex((r) => Number(r.dataset.index) === current);
+      const next = ev.key === "ArrowDown" ? Math.min(rows.length - 1, at + 1) : Math.max(0, at - 1);
+      showEpisode(Number(rows[next].dataset.index));
+      rows[next].scrollIntoView({ block: "nearest" });
+      ev.preventDefault();
+    } else if ((ev.key === "ArrowRight" || ev.key === "ArrowLeft") && current >= 0) {
+      const e = episodes[current];
+      const j = currentStep + (ev.key === "ArrowRight" ? 1 : -1);
+      if (j >= 0 && j < e.steps.length) showStep(e, j);
+      ev.preventDefault();
+    }
+  });
 
   // ---- start ---------------------------------------------------------------------------------------
   document.title = DATA.title;
