@@ -353,3 +353,23 @@ def test_sampling_and_caps_bound_the_page(run, tmp_path):
     assert '"left_out":5' in html and html.count('"key":') == 3
     with pytest.raises(TypeError, match="episodes_from_trajectories"):
         write_viewer(tmp_path / "bad.html", trajs)
+
+
+def test_trajectory_files_render_through_the_command_line(browser, run, tmp_path):
+    from jaxwebrl.data.records import write_jsonl
+    from jaxwebrl.viewer.__main__ import main
+
+    files = []
+    for it, trajs in run["training"].items():
+        files.append(tmp_path / f"iter{it}.jsonl")
+        assert write_jsonl(files[-1], trajs) == 4
+    out = main([str(f) for f in files] + ["-o", str(tmp_path / "cli.html"), "--title", "from files"])
+    page, events = _open(browser, out)
+    assert _visible(page) == 8 and page.inner_text("#title") == "from files"
+    page.select_option("#f-policy", "iter1")
+    assert _visible(page) == 4
+    index = page.locator("#episodes .episode:visible", has_text="hostile").first.get_attribute("data-index")
+    page.click(f"#episodes .episode[data-index='{index}']")
+    page.click("#steps .step[data-index='1']")
+    assert page.inner_text("#step-action").startswith("click(bid=")  # turn_info survived the JSON round trip
+    assert events == []
