@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import dataclasses
 import functools
 import http.server
 import io
@@ -173,17 +174,20 @@ def run(site, tokenizer):
                         await e.close()
                 training[it] = trajs
             report = await evaluate(engine, tokenizer, pool, env, tasks, [100, 101], AGENT, concurrency=2)
-            e = await pool.new_env(shot_env)
-            try:
-                shot = (await run_episode(e, engine, tokenizer, tasks[1], seed=7, cfg=AGENT)).trajectory
-            finally:
-                await e.close()
-            return training, report, shot
+            shots = []
+            for agent in (AGENT, dataclasses.replace(AGENT, viewer_screenshots=False)):
+                e = await pool.new_env(shot_env)
+                try:
+                    shots.append((await run_episode(e, engine, tokenizer, tasks[1], seed=7, cfg=agent)).trajectory)
+                finally:
+                    await e.close()
+            return training, report, shots
 
     # in a thread of its own: the sync Playwright of the `browser` fixture may already run a loop in this one
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        training, report, shot = pool.submit(asyncio.run, go()).result()
-    return {"tasks": tasks, "training": training, "report": report, "shot": shot, "engine": engine}
+        training, report, (shot, no_shot) = pool.submit(asyncio.run, go()).result()
+    return {"tasks": tasks, "training": training, "report": report, "shot": shot, "no_shot": no_shot,
+            "engine": engine}
 
 
 @pytest.fixture(scope="module")
@@ -328,18 +332,22 @@ def test_screenshot_with_the_hit_element_marked(browser, run, tmp_path):
 
     traj = run["shot"]
     info = traj.metadata[TURN_INFO_KEY][0]
-    uri, (x, y, w, h) = info["screenshot"], info["element"]["bbox"]
-    assert uri.startswith("data:image/jpeg;base64,") and info["element"]["name"] == "Yes"
-    img = Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))).convert("RGB")
-    scale = img.width / EnvConfig().viewport[0]
-    cx, top = round((x + w / 2) * scale), round((y - 3) * scale)  # the middle of the outline's top edge
-    near = [img.getpixel((cx + dx, min(img.height - 1, max(0, top + dy)))) for dx in (-1, 0, 1) for dy in (-1, 0, 1)]
-    assert any(r > 150 and g < 110 and b < 130 for r, g, b in near), near
-    far = img.getpixel((min(img.width - 1, cx + round((w + 40) * scale)), top))  # beside the button: not red
-    assert not (far[0] > 150 and far[1] < 110), far
+    (x, y, w, h), size = info["element"]["bbox"], info["screenshot_size"]
+    assert info["screenshot"].startswith("data:image/png;base64,") and info["element"]["name"] == "Yes"
+    assert tuple(size) == EnvConfig().viewport
+    png = Image.open(io.BytesIO(base64.b64decode(info["screenshot"].split(",", 1)[1])))
+    assert png.size == tuple(size)
+    assert "screenshot" not in run["no_shot"].metadata[TURN_INFO_KEY][0]  # AgentConfig.viewer_screenshots=False
     page, events = _open(browser, write_viewer(tmp_path / "shot.html", episodes_from_trajectories([traj], "scripted")))
     page.click("#episodes .episode[data-index='0']")
-    assert page.evaluate("document.getElementById('step-screenshot').naturalWidth") == img.width
+    assert page.evaluate("document.getElementById('step-screenshot').naturalWidth") == 640  # the thumbnail
+    img = page.locator("#step-screenshot").bounding_box()
+    mark = page.locator("#step-marker").bounding_box()
+    scale = img["width"] / size[0]
+    border = 3  # the marker's border sits just outside the element's box
+    assert abs(mark["x"] + border - (img["x"] + x * scale)) < 1.5
+    assert abs(mark["y"] + border - (img["y"] + y * scale)) < 1.5
+    assert abs(mark["width"] - 2 * border - w * scale) < 1.5 and abs(mark["height"] - 2 * border - h * scale) < 1.5
     assert events == []
 
 

@@ -46,6 +46,9 @@ class AgentConfig:
     greedy: bool = False
     generate_timeout_s: float = 300.0
     episode_timeout_s: float = 600.0
+    # keep each turn's screenshot (when the env takes them) in metadata["turn_info"] for the trajectory
+    # viewer: one PNG per turn in memory while a batch is held
+    viewer_screenshots: bool = True
 
     def validate(self) -> None:
         get_strategy(self.strategy)
@@ -192,7 +195,7 @@ async def _run_episode(
         text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         result = await _timed(timer, "browser", limits, "execute", env.step(text))
         format_ok = fmt.format_ok(text) and not result.format_error
-        turn_infos.append(turn_info(messages[-1].content, current.observation, result))
+        turn_infos.append(turn_info(messages[-1].content, current.observation, result, cfg.viewer_screenshots))
         turns.append(Turn(
             prompt_ids=list(rendered.ids), response_ids=list(gen.token_ids), response_logprobs=list(gen.logprobs),
             observation=current.observation.text, action=text, format_ok=format_ok,

@@ -7,7 +7,7 @@
 """
 
 from jaxwebrl.viewer.config import ViewerConfig
-from jaxwebrl.viewer.capture import TURN_INFO_KEY, element_hit, marked_thumbnail, turn_info
+from jaxwebrl.viewer.capture import TURN_INFO_KEY, element_hit, turn_info
 from jaxwebrl.viewer.episodes import (
     MAX_CHARS,
     ViewerEpisode,
@@ -17,11 +17,12 @@ from jaxwebrl.viewer.episodes import (
     episodes_from_trajectories,
     sample_trajectories,
     select_episodes,
+    thumbnail,
 )
 from jaxwebrl.viewer.page import MAX_EPISODES, MAX_SCREENSHOTS, render_viewer, write_viewer
 
 __all__ = [
     "MAX_CHARS", "MAX_EPISODES", "MAX_SCREENSHOTS", "TURN_INFO_KEY", "ViewerConfig", "ViewerEpisode", "ViewerLog", "element_hit",
-    "episode_from_trajectory", "episodes_from_reports", "episodes_from_trajectories", "marked_thumbnail", "render_viewer",
-    "sample_trajectories", "select_episodes", "turn_info", "write_viewer",
+    "episode_from_trajectory", "episodes_from_reports", "episodes_from_trajectories", "render_viewer",
+    "sample_trajectories", "select_episodes", "thumbnail", "turn_info", "write_viewer",
 ]

@@ -6,17 +6,17 @@ feedback, the element the action hit and, when screenshots are on, a small pictu
 element marked. `turn_info` builds that as a JSON-ready dict; `run_episode` keeps one per turn in
 `Trajectory.metadata["turn_info"]` (an additive, optional field: records without it still render).
 
-Screenshots are kept as a JPEG thumbnail (at most `THUMB_WIDTH` px wide, ~10-30 KB) with the hit element
-outlined, not as the full PNG, so a rollout batch held in memory stays small.
+Screenshots are kept as taken (PNG, base64: decoding and shrinking one costs ~60-100 ms of CPU, too much
+inside the agent loop); the viewer shrinks the few it shows (`episodes.thumbnail`) and draws the hit element
+over the picture from its bbox. `AgentConfig.viewer_screenshots=False` keeps none (memory: one PNG per turn
+while a batch is held).
 """
 
 from __future__ import annotations
 
 import base64
-import io
 from typing import Any, Sequence
 
-THUMB_WIDTH = 640
 TURN_INFO_KEY = "turn_info"
 _ELEMENT_KEYS = ("bid", "id", "element")  # the element-id argument of the bid / webarena / webagent_r1 spaces
 
@@ -61,34 +61,22 @@ def _element_dict(el: Any) -> dict[str, Any]:
             "bbox": [round(float(v), 1) for v in el.bbox]}
 
 
-def marked_thumbnail(png: bytes, bbox: Sequence[float] | None = None, width: int = THUMB_WIDTH) -> str:
-    """A `data:image/jpeg;base64,...` thumbnail of a viewport PNG with `bbox` (x, y, w, h in page pixels)
-    outlined in red."""
-    from PIL import Image, ImageDraw
-
-    img = Image.open(io.BytesIO(png)).convert("RGB")
-    if bbox is not None:
-        x, y, w, h = (float(v) for v in bbox)
-        draw = ImageDraw.Draw(img)
-        line = max(3, img.width // 200)
-        draw.rectangle([x - line, y - line, x + w + line, y + h + line], outline=(230, 20, 60), width=line)
-    if img.width > width:
-        img = img.resize((width, max(1, round(img.height * width / img.width))), Image.Resampling.LANCZOS)
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=70, optimize=True)
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+def screenshot_uri(png: bytes) -> str:
+    """A PNG as a data URI (no decoding: this runs inside the agent loop)."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def turn_info(prompt_observation: str, observation: Any, result: Any) -> dict[str, Any]:
+def turn_info(prompt_observation: str, observation: Any, result: Any, screenshots: bool = True) -> dict[str, Any]:
     """One turn for the viewer: `prompt_observation` is the observation message as the prompt showed it,
-    `observation` the page the action was taken on, `result` the environment's StepResult."""
+    `observation` the page the action was taken on, `result` the environment's StepResult. With
+    `screenshots`, the page's screenshot (when the observation has one) is kept as taken."""
     actions = list(getattr(result, "actions", None) or [])
     meta = getattr(observation, "metadata", None)
     viewport = None
     if meta is not None and getattr(meta, "viewport", None):
         viewport = (float(meta.viewport[0]), float(meta.viewport[1]))
     elif getattr(observation, "screenshot", None):
-        viewport = _png_size(observation.screenshot)
+        viewport = png_size(observation.screenshot)
     hit = element_hit(actions, getattr(observation, "elements", []) or [], viewport)
     info: dict[str, Any] = {
         "observation": prompt_observation,
@@ -98,15 +86,12 @@ def turn_info(prompt_observation: str, observation: Any, result: Any) -> dict[st
         "env_termination": getattr(result, "termination_reason", None),
     }
     shot = getattr(observation, "screenshot", None)
-    if shot:
-        try:
-            info["screenshot"] = marked_thumbnail(shot, hit.get("bbox") if hit else None)
-        except Exception as exc:  # a thumbnail must never end an episode
-            info["screenshot_error"] = f"{type(exc).__name__}: {exc}"
+    if shot and screenshots:
+        info["screenshot"], info["screenshot_size"] = screenshot_uri(shot), png_size(shot)
     return info
 
 
-def _png_size(png: bytes) -> tuple[float, float] | None:
+def png_size(png: bytes) -> tuple[float, float] | None:
     """Width and height from a PNG's IHDR chunk (no decode)."""
     if len(png) >= 24 and png[:8] == b"\x89PNG\r\n\x1a\n":
         return float(int.from_bytes(png[16:20], "big")), float(int.from_bytes(png[20:24], "big"))

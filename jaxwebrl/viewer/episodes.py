@@ -12,8 +12,10 @@ Size bounds (a run with thousands of episodes must still give a page a browser o
 
 from __future__ import annotations
 
+import base64
 import collections
 import dataclasses
+import io
 import json
 import os
 import random
@@ -24,6 +26,8 @@ from jaxwebrl.data.records import Trajectory
 from jaxwebrl.viewer.capture import TURN_INFO_KEY
 
 MAX_CHARS = 20_000
+THUMB_WIDTH = 640
+_PNG_URI = "data:image/png;base64,"
 
 
 def clip(text: str | None, max_chars: int = MAX_CHARS) -> str:
@@ -32,6 +36,26 @@ def clip(text: str | None, max_chars: int = MAX_CHARS) -> str:
     if len(text) <= max_chars:
         return text
     return text[:max_chars] + f"\n... [{len(text) - max_chars} more characters cut by the viewer]"
+
+
+def thumbnail(uri: str | None, width: int = THUMB_WIDTH) -> str | None:
+    """A PNG data URI shrunk by a whole factor to at most `width` px wide (PNG again: web pages are mostly
+    flat colour and text, where PNG beats JPEG). None for anything that is not a readable PNG data URI."""
+    if not isinstance(uri, str) or not uri.startswith(_PNG_URI):
+        return None
+    from PIL import Image
+
+    try:
+        img = Image.open(io.BytesIO(base64.b64decode(uri[len(_PNG_URI):], validate=True)))
+        img.load()
+    except Exception:
+        return None
+    factor = -(-img.width // width) if width > 0 else 1
+    if factor <= 1:
+        return uri
+    buf = io.BytesIO()
+    img.reduce(factor).save(buf, format="PNG")
+    return _PNG_URI + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 @dataclasses.dataclass
@@ -74,12 +98,14 @@ def episode_from_trajectory(
     *,
     tokenizer: Any = None,
     max_chars: int = MAX_CHARS,
+    thumb_width: int = THUMB_WIDTH,
 ) -> ViewerEpisode:
     """Flatten one trajectory. Per step: the observation as the prompt showed it (the agent loop's
     `turn_info`; the raw observation text for records without it), the prompt's token count, the model's
     output, the parsed action, the environment's feedback, the element hit, the screenshot (if recorded),
     the reward (sparse: the episode's reward on the last step, 0 before) and the sum/mean of the response's
-    sampled logprobs. `tokenizer` adds the whole decoded prompt."""
+    sampled logprobs. `tokenizer` adds the whole decoded prompt. Screenshots are shrunk to `thumb_width`
+    px (0: kept as recorded)."""
     meta = traj.metadata or {}
     infos = meta.get(TURN_INFO_KEY) or []
     steps = []
@@ -101,7 +127,8 @@ def episode_from_trajectory(
             "reward": float(traj.reward) if i == last else 0.0,
             "logprob_sum": lp_sum,
             "logprob_mean": lp_mean,
-            "screenshot": info.get("screenshot"),
+            "screenshot": thumbnail(info.get("screenshot"), thumb_width) if info.get("screenshot") else None,
+            "screenshot_size": info.get("screenshot_size"),  # page pixels, for drawing the element's bbox
         }
         if tokenizer is not None:
             step["prompt"] = clip(tokenizer.decode(turn.prompt_ids, skip_special_tokens=False), max_chars)

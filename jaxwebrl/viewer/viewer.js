@@ -149,12 +149,24 @@
     box.appendChild(field("feedback", s.feedback || "(none)", "step-feedback", true));
     if (safeImage(s.screenshot)) {
       const fig = el("div", "field");
-      fig.appendChild(el("div", "label", "screenshot (the element hit outlined in red)"));
+      fig.appendChild(el("div", "label", "screenshot before the action (the element hit outlined in red)"));
+      const frame = el("div", "shotbox");
       const img = el("img", "shot");
       img.id = "step-screenshot";
       img.alt = "screenshot of step " + (j + 1);
       img.src = s.screenshot;
-      fig.appendChild(img);
+      frame.appendChild(img);
+      const bbox = s.element && s.element.bbox, size = s.screenshot_size;
+      if (Array.isArray(bbox) && Array.isArray(size) && size[0] > 0 && size[1] > 0) {
+        const mark = el("div", "marker");
+        mark.id = "step-marker";
+        mark.style.left = (100 * bbox[0] / size[0]) + "%";
+        mark.style.top = (100 * bbox[1] / size[1]) + "%";
+        mark.style.width = (100 * bbox[2] / size[0]) + "%";
+        mark.style.height = (100 * bbox[3] / size[1]) + "%";
+        frame.appendChild(mark);
+      }
+      fig.appendChild(frame);
       box.appendChild(fig);
     }
     box.appendChild(field("observation (as the prompt showed it)", s.observation, "step-observation", true));
