@@ -338,6 +338,11 @@ def test_screenshot_with_the_hit_element_marked(browser, run, tmp_path):
     png = Image.open(io.BytesIO(base64.b64decode(info["screenshot"].split(",", 1)[1])))
     assert png.size == tuple(size)
     assert "screenshot" not in run["no_shot"].metadata[TURN_INFO_KEY][0]  # AgentConfig.viewer_screenshots=False
+    log = ViewerLog(tmp_path / "log.jsonl")
+    log.add_trajectories([traj], "scripted", 0, k=1)
+    (stored,) = log.read()  # the log keeps thumbnails, not the PNG as taken
+    thumb = Image.open(io.BytesIO(base64.b64decode(stored.steps[0]["screenshot"].split(",", 1)[1])))
+    assert thumb.width == 640 and stored.steps[0]["screenshot_size"] == list(size)
     page, events = _open(browser, write_viewer(tmp_path / "shot.html", episodes_from_trajectories([traj], "scripted")))
     page.click("#episodes .episode[data-index='0']")
     assert page.evaluate("document.getElementById('step-screenshot').naturalWidth") == 640  # the thumbnail

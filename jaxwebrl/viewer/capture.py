@@ -2,12 +2,12 @@
 
 A `Turn` keeps the token ids, the model's text and the raw observation text; the viewer also wants the
 observation exactly as the prompt showed it (with the feedback line), the parsed action, the environment's
-feedback, the element the action hit and, when screenshots are on, a small picture of the page with that
-element marked. `turn_info` builds that as a JSON-ready dict; `run_episode` keeps one per turn in
+feedback, the element the action hit (id, role, name, bbox) and, when screenshots are on, the page as the
+action found it. `turn_info` builds that as a JSON-ready dict; `run_episode` keeps one per turn in
 `Trajectory.metadata["turn_info"]` (an additive, optional field: records without it still render).
 
 Screenshots are kept as taken (PNG, base64: decoding and shrinking one costs ~60-100 ms of CPU, too much
-inside the agent loop); the viewer shrinks the few it shows (`episodes.thumbnail`) and draws the hit element
+inside the agent loop); the viewer shrinks the ones it keeps (`episodes.thumbnail`) and draws the hit element
 over the picture from its bbox. `AgentConfig.viewer_screenshots=False` keeps none (memory: one PNG per turn
 while a batch is held).
 """
@@ -24,7 +24,8 @@ _ELEMENT_KEYS = ("bid", "id", "element")  # the element-id argument of the bid /
 def element_hit(actions: Sequence[Any], elements: Sequence[Any], viewport: tuple[float, float] | None = None) -> dict[str, Any] | None:
     """The element the first element-targeting action aimed at: by id (bid/webarena/webagent_r1 spaces),
     or, for coordinate actions (openwebrl: x, y in 0..1000 of the viewport), the smallest visible element
-    under the point. None when no action targets an element or the id is not on the page."""
+    under the point. None when no action targets an element; {"id", "missing": True} when the id is not on
+    the page."""
     by_id = {str(el.id): el for el in elements}
     for action in actions:
         args = getattr(action, "args", {}) or {}

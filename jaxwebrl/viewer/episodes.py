@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from jaxwebrl.data.records import Trajectory
-from jaxwebrl.viewer.capture import TURN_INFO_KEY
+from jaxwebrl.viewer.capture import TURN_INFO_KEY, png_size
 
 MAX_CHARS = 20_000
 THUMB_WIDTH = 640
@@ -46,11 +46,15 @@ def thumbnail(uri: str | None, width: int = THUMB_WIDTH) -> str | None:
     from PIL import Image
 
     try:
-        img = Image.open(io.BytesIO(base64.b64decode(uri[len(_PNG_URI):], validate=True)))
+        png = base64.b64decode(uri[len(_PNG_URI):], validate=True)
+        size = png_size(png)
+        if size is not None and (width <= 0 or size[0] <= width):
+            return uri  # small enough already: no decoding
+        img = Image.open(io.BytesIO(png))
         img.load()
     except Exception:
         return None
-    factor = -(-img.width // width) if width > 0 else 1
+    factor = -(-img.width // width)
     if factor <= 1:
         return uri
     buf = io.BytesIO()
@@ -98,14 +102,14 @@ def episode_from_trajectory(
     *,
     tokenizer: Any = None,
     max_chars: int = MAX_CHARS,
-    thumb_width: int = THUMB_WIDTH,
+    thumb_width: int = 0,
 ) -> ViewerEpisode:
     """Flatten one trajectory. Per step: the observation as the prompt showed it (the agent loop's
     `turn_info`; the raw observation text for records without it), the prompt's token count, the model's
     output, the parsed action, the environment's feedback, the element hit, the screenshot (if recorded),
     the reward (sparse: the episode's reward on the last step, 0 before) and the sum/mean of the response's
     sampled logprobs. `tokenizer` adds the whole decoded prompt. Screenshots are shrunk to `thumb_width`
-    px (0: kept as recorded)."""
+    px (0: kept as recorded; `write_viewer` shrinks the ones it keeps)."""
     meta = traj.metadata or {}
     infos = meta.get(TURN_INFO_KEY) or []
     steps = []
@@ -128,6 +132,7 @@ def episode_from_trajectory(
             "logprob_sum": lp_sum,
             "logprob_mean": lp_mean,
             "screenshot": thumbnail(info.get("screenshot"), thumb_width) if info.get("screenshot") else None,
+            "env_termination": info.get("env_termination"),
             "screenshot_size": info.get("screenshot_size"),  # page pixels, for drawing the element's bbox
         }
         if tokenizer is not None:
@@ -145,9 +150,10 @@ def episode_from_trajectory(
 
 def episodes_from_trajectories(
     trajs: Iterable[Trajectory], policy: str, iteration: int | None = None, *, tokenizer: Any = None,
-    max_chars: int = MAX_CHARS,
+    max_chars: int = MAX_CHARS, thumb_width: int = 0,
 ) -> list[ViewerEpisode]:
-    return [episode_from_trajectory(t, policy, iteration, tokenizer=tokenizer, max_chars=max_chars) for t in trajs]
+    return [episode_from_trajectory(t, policy, iteration, tokenizer=tokenizer, max_chars=max_chars,
+                                    thumb_width=thumb_width) for t in trajs]
 
 
 def episodes_from_reports(
@@ -218,8 +224,11 @@ class ViewerLog:
         tokenizer: Any = None, max_chars: int = MAX_CHARS,
     ) -> int:
         """Keep `k` of one iteration's trajectories (spread over task and success; see
-        `sample_trajectories`); returns how many episodes the log holds. k = 0 keeps none."""
+        `sample_trajectories`), screenshots shrunk to `THUMB_WIDTH`; returns how many episodes the log holds.
+        k = 0 keeps none. Shrinking costs ~50-100 ms per screenshot: call it off the event loop
+        (`asyncio.to_thread`) when screenshots are on."""
         if k <= 0:
             return len(self.read())
         picked = sample_trajectories(trajs, k, seed)
-        return self.add(episodes_from_trajectories(picked, policy, iteration, tokenizer=tokenizer, max_chars=max_chars))
+        return self.add(episodes_from_trajectories(picked, policy, iteration, tokenizer=tokenizer, max_chars=max_chars,
+                                                   thumb_width=THUMB_WIDTH))

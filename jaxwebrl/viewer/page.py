@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from jaxwebrl.viewer.episodes import ViewerEpisode, select_episodes
+from jaxwebrl.viewer.episodes import THUMB_WIDTH, ViewerEpisode, select_episodes, thumbnail
 
 _HERE = Path(__file__).parent
 MAX_EPISODES = 500
@@ -101,10 +101,12 @@ def render_viewer(
             shot = step.get("screenshot")
             if shot is None:
                 continue
+            if isinstance(shot, str) and shot.startswith("data:image/png;base64,") and shots_left > 0:
+                shot = thumbnail(shot, THUMB_WIDTH)
             if not isinstance(shot, str) or not shot.startswith(_IMAGE_PREFIXES) or shots_left <= 0:
                 step["screenshot"], shots_dropped = None, shots_dropped + 1
             else:
-                shots_left -= 1
+                step["screenshot"], shots_left = shot, shots_left - 1
         rows.append(_finite(d))
     payload = {"title": title, "episodes": rows, "left_out": len(episodes) - len(shown),
                "max_episodes": max_episodes, "screenshots_left_out": shots_dropped}
@@ -124,8 +126,9 @@ def write_viewer(
     seed: int = 0,
 ) -> Path:
     """Write the viewer for `episodes` to `path` (one HTML file). At most `max_episodes` episodes (spread
-    over policy, iteration, task and success) and `max_screenshots` screenshots are kept; the page says how
-    many were left out. Zero episodes give a page that says so."""
+    over policy, iteration, task and success) and `max_screenshots` screenshots (shrunk to `THUMB_WIDTH`
+    px, ~50-100 ms each) are kept; the page says how many were left out. Zero episodes give a page that
+    says so."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render_viewer(episodes, title=title, max_episodes=max_episodes, max_screenshots=max_screenshots, seed=seed)

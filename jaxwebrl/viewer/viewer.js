@@ -139,7 +139,7 @@
       "logprob sum " + num(s.logprob_sum, 3) + ", mean " + num(s.logprob_mean, 3),
       "reward " + num(s.reward, 3) + (j === e.steps.length - 1 ? " (episode reward)" : ""),
       s.format_ok ? "format ok" : "format error",
-    ].join(" \u00b7 ");
+    ].concat(s.env_termination ? ["the environment ended the episode: " + s.env_termination] : []).join(" \u00b7 ");
     box.appendChild(nums);
     box.appendChild(field("model output", s.output, "step-output", true));
     box.appendChild(field("parsed action", s.parsed_action || "(none)", "step-action", true));
