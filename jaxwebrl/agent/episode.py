@@ -25,6 +25,7 @@ from jaxwebrl.browser.env import BrowserEnv, EnvError
 from jaxwebrl.browser.task import Task
 from jaxwebrl.data.records import Trajectory, Turn
 from jaxwebrl.engines.base import Engine, SamplingParams
+from jaxwebrl.viewer.capture import TURN_INFO_KEY, turn_info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,9 @@ class AgentConfig:
     greedy: bool = False
     generate_timeout_s: float = 300.0
     episode_timeout_s: float = 600.0
+    # keep each turn's screenshot (when the env takes them) in metadata["turn_info"] for the trajectory
+    # viewer: one PNG per turn in memory while a batch is held
+    viewer_screenshots: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -135,6 +139,7 @@ async def _run_episode(
     past: list[StepRecord] = []
     termination, format_errors_in_row, versions = "max_steps", 0, [policy_version]
     last_pieces: list[list[int]] = []
+    turn_infos: list[dict[str, Any]] = []  # per turn, for the trajectory viewer
 
     def finish(reason: str, success: bool = False, reward: float = 0.0, info: dict[str, Any] | None = None) -> EpisodeResult:
         if reason == "env_error":  # failures are data: keep the record, train on none of it
@@ -148,7 +153,8 @@ async def _run_episode(
             task_id=getattr(task, "task_id", str(task)), turns=turns, reward=reward, group_id=group_id or episode_id,
             termination=reason, policy_version=min(versions),
             metadata={"seed": seed, "goal": getattr(env, "goal", ""), "success": success, "steps": len(turns),
-                      "episode_id": episode_id, "policy_versions": sorted(set(versions)), **(info or {})},
+                      "episode_id": episode_id, "policy_versions": sorted(set(versions)), TURN_INFO_KEY: turn_infos,
+                      **(info or {})},
         )
         return EpisodeResult(traj, success, dict(timer.totals))
 
@@ -166,7 +172,8 @@ async def _run_episode(
         if time.perf_counter() - start > cfg.episode_timeout_s:
             termination = "timeout"
             break
-        rendered = renderer.render(build(ContextInputs(fmt, goal, past, current, cfg.last_k)))
+        messages = build(ContextInputs(fmt, goal, past, current, cfg.last_k))
+        rendered = renderer.render(messages)
         last_pieces = rendered.pieces
         budget = cfg.max_context_tokens - len(rendered.ids)
         if budget < 1:
@@ -193,6 +200,7 @@ async def _run_episode(
         text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         result = await _timed(timer, "browser", limits, "execute", env.step(text))
         format_ok = fmt.format_ok(text) and not result.format_error
+        turn_infos.append(turn_info(messages[-1].content, current.observation, result, cfg.viewer_screenshots))
         turns.append(Turn(
             prompt_ids=list(rendered.ids), response_ids=list(gen.token_ids), response_logprobs=list(gen.logprobs),
             observation=current.observation.text, action=text, format_ok=format_ok,

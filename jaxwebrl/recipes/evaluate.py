@@ -12,6 +12,7 @@ from jaxwebrl.agent.limits import OperationLimits
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.pool import BrowserPool
+from jaxwebrl.data.records import Trajectory
 from jaxwebrl.engines.base import Engine
 
 
@@ -34,6 +35,8 @@ class EvalReport:
     terminations: dict[str, int]
     mean_steps: float
     outcomes: dict[str, bool] = dataclasses.field(default_factory=dict)  # "task@seed" -> success, for pairing
+    # every evaluated episode, in (task, seed) order, for the trajectory viewer (not in to_dict/eval.json)
+    trajectories: list[Trajectory] = dataclasses.field(default_factory=list, repr=False)
 
     @property
     def successes(self) -> int:
@@ -128,4 +131,4 @@ async def evaluate(
         steps.append(len(r.trajectory.turns))
         outcomes[f"{task_id}@{seed}"] = bool(r.success)
     return EvalReport({k: (v[0], v[1]) for k, v in per_task.items()}, terms, sum(steps) / max(1, len(steps)),
-                      outcomes)
+                      outcomes, [r.trajectory for _, _, r in results])
