@@ -13,7 +13,12 @@ import string
 from typing import Any, Sequence
 
 THINK_END = "</think>"
-_SCORE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_SCORE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3})?(?![0-9])")  # bounded: "Reward: 999...9" is no score
+# Whole words only ("UNSUCCESSFUL" is no verdict); literal patterns after whitespace collapsing: linear search.
+_NOT_SUCCESS = re.compile(r"\bNOT SUCCESS\b")
+_SUCCESS = re.compile(r"\bSUCCESS\b")
+_WORD = re.compile(r"[A-Za-z]+")
+_YES_NO = re.compile(r"\b(?:yes|no)\b", re.IGNORECASE)
 
 
 def after_thinking(text: str) -> str:
@@ -30,12 +35,12 @@ def collapse(text: str) -> str:
 def parse_success(text: str) -> bool | None:
     """OpenWebRL A.4: NOT SUCCESS is checked before SUCCESS, so a negative verdict is never read as positive.
 
-    Upper-case words, as the judge is told to write them; any whitespace between NOT and SUCCESS.
+    Upper-case whole words, as the judge is told to write them; any whitespace between NOT and SUCCESS.
     """
     body = collapse(after_thinking(text))
-    if "NOT SUCCESS" in body:
+    if _NOT_SUCCESS.search(body):
         return False
-    if "SUCCESS" in body:
+    if _SUCCESS.search(body):
         return True
     return None
 
@@ -43,14 +48,16 @@ def parse_success(text: str) -> bool | None:
 def parse_yes_no(text: str) -> bool | None:
     """BrowserAgent B.2 ("output yes otherwise no"): the first word decides; else the only one of the two words
     present; both or neither -> None."""
-    words = [w.strip(string.punctuation + "*`\"'").lower() for w in after_thinking(text).split()]
-    words = [w for w in words if w]
-    if words and words[0] in ("yes", "no"):
-        return words[0] == "yes"
-    has_yes, has_no = "yes" in words, "no" in words
-    if has_yes != has_no:
-        return has_yes
-    return None
+    body = after_thinking(text)
+    first = _WORD.search(body)
+    if first is not None and first.group(0).lower() in ("yes", "no"):
+        return first.group(0).lower() == "yes"
+    seen: set[str] = set()
+    for m in _YES_NO.finditer(body):
+        seen.add(m.group(0).lower())
+        if len(seen) == 2:
+            return None
+    return ("yes" in seen) if seen else None
 
 
 def _after_last(body: str, key: str) -> str | None:

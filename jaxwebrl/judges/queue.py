@@ -10,17 +10,20 @@ fact). A judge that raises despite the protocol still yields a judge_error verdi
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Awaitable, Iterable
+from typing import AsyncIterator, Awaitable, Callable, Iterable
 
 from jaxwebrl.data.records import Trajectory
 from jaxwebrl.judges.base import Judge, Verdict, judge_error
 
 
 class JudgeQueue:
-    def __init__(self, judge: Judge, concurrency: int = 8) -> None:
+    def __init__(self, judge: Judge, concurrency: int = 8,
+                 on_verdict: Callable[[Trajectory, Verdict], None] | None = None) -> None:
+        """`on_verdict` runs the moment each verdict is ready (e.g. write the reward into the trajectory)."""
         if concurrency < 1:
             raise ValueError(f"JudgeQueue concurrency={concurrency}: must be >= 1")
         self.judge = judge
+        self.on_verdict = on_verdict
         self.concurrency = concurrency
         self._sem: asyncio.Semaphore | None = None
         self._done: asyncio.Queue[tuple[Trajectory, Verdict]] | None = None
@@ -58,6 +61,8 @@ class JudgeQueue:
                 self.in_flight -= 1
         self.finished += 1
         self.judge_errors += verdict.error is not None
+        if self.on_verdict is not None:
+            self.on_verdict(trajectory, verdict)
         await done.put((trajectory, verdict))
         return verdict
 
@@ -66,8 +71,8 @@ class JudgeQueue:
         return self.submitted - self.finished
 
     async def results(self) -> AsyncIterator[tuple[Trajectory, Verdict]]:
-        """(trajectory, verdict) in completion order, until every submitted episode has been yielded. Episodes
-        submitted while iterating are included; each result is yielded once."""
+        """(trajectory, verdict) in completion order, until every episode submitted so far has been yielded
+        (episodes submitted while iterating are included); each result is yielded once."""
         _, done = self._loop_state()
         while self._yielded < self.submitted:
             item = await done.get()
