@@ -180,7 +180,16 @@ def test_bad_token_ids_and_invalid_utf8(tok: Any) -> None:
             return Generation([5, 99_999], [0.0, 0.0], "stop", len(prompt_ids), 0, 0)
 
     verdict = asyncio.run(OpenWebRLJudge(EngineBackend(BadIds(tok, lambda _: ""), tok)).judge(done_traj()))
-    assert verdict.error == "judge_error" and verdict.error_kind == "engine_error" and "vocabulary" in verdict.error_detail
+    assert verdict.error == "judge_error" and verdict.error_kind == "unparsable" and "1 sampled ids" in verdict.error_detail
+    assert verdict.token_ids == (5, 99_999) and verdict.calls[0].dropped_ids == 1  # raw ids kept, text without them
+
+    class BadIdsSaySuccess(ScriptedEngine):
+        async def generate(self, prompt_ids: Any, params: SamplingParams, *, session_id: str | None = None) -> Generation:
+            ids = tok.encode("Verdict: SUCCESS", add_special_tokens=False)
+            return Generation([99_999] + ids + [-7], [0.0] * (len(ids) + 2), "stop", len(prompt_ids), 0, 0)
+
+    verdict = asyncio.run(OpenWebRLJudge(EngineBackend(BadIdsSaySuccess(tok, lambda _: ""), tok)).judge(done_traj()))
+    assert verdict.label == "success" and verdict.calls[0].dropped_ids == 2
 
     # invalid UTF-8 from the model: decoded with replacement characters, then no verdict -> unparsable
     class Partial(ScriptedEngine):
@@ -430,16 +439,16 @@ def test_reward_from_verdict_and_apply(tok: Any) -> None:
 
 
 def test_queue_judges_as_episodes_end_and_limits_hold(tok: Any) -> None:
-    """12 episodes end at staggered times; each is judged when it ends (no barrier). Queue limit 3 episodes,
-    judge limit 2 model calls (a WebGym rubric makes 5 calls per episode): both measured."""
-    be, engine = backend(tok, "Verdict: SUCCESS", delay=0.05)
+    """8 episodes end at once, 4 more a few seconds later; each is judged when it ends (no barrier). Queue limit
+    3 episodes, judge limit 2 model calls (a WebGym rubric makes 5 calls per episode): both measured."""
+    be, engine = backend(tok, "Verdict: SUCCESS", delay=0.02)
     judge = WebGymRubricJudge(be, JudgeOptions(concurrency=2, retries=0))
     ends: dict[str, float] = {}
     judged: dict[str, float] = {}
     queue = JudgeQueue(judge, concurrency=3, on_verdict=lambda traj, _v: judged.setdefault(traj.task_id, time.perf_counter()))
 
     async def episode(i: int) -> Any:
-        await asyncio.sleep(0.02 * i)
+        await asyncio.sleep(0.0 if i < 8 else 3.0 + 0.1 * i)
         ends[f"t{i}"] = time.perf_counter()
         return trajectory(["```stop [34.99]```"], task_id=f"t{i}", rubric=RUBRIC)
 
@@ -448,8 +457,10 @@ def test_queue_judges_as_episodes_end_and_limits_hold(tok: Any) -> None:
     assert len(engine.prompts) == 12 * 5
     assert 1 <= judge.runner.max_in_flight <= 2 and engine.max_in_flight == judge.runner.max_in_flight == 2
     assert queue.max_in_flight == 3
-    # overlap: the first episode was judged before the last one ended
-    assert min(judged.values()) < max(ends.values())
+    # overlap: the first 8 were judged before the later ones ended (no barrier at the end of the batch)
+    first_late_end = min(ends[f"t{i}"] for i in range(8, 12))
+    assert sum(judged[f"t{i}"] < first_late_end for i in range(8)) == 8
+    assert all(judged[k] >= ends[k] for k in ends)
 
 
 def test_make_judge_from_config_and_jax_engine_end_to_end(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ class Completion:
     prompt_ids: tuple[int, ...] = ()
     finish_reason: str = ""
     server_prompt_tokens: int | None = None
+    dropped_ids: int = 0  # sampled ids outside the tokenizer (a model's padded vocabulary): not in `text`
 
 
 class BackendError(Exception):
@@ -99,11 +100,10 @@ class EngineBackend:
             raise BackendError("bad_input", f"judge prompt of {len(ids)} tokens does not fit the judge's context")
         if gen.finish_reason == "abort":
             raise BackendError("unavailable", "the judge engine was closed while the request ran")
+        # Ids past the tokenizer (a padded model vocabulary) have no text; they are dropped from `text` as a
+        # server's detokenizer drops them, kept in `token_ids`, and counted.
         text, dropped = safe_decode(self.tokenizer, gen.token_ids)
-        if dropped:
-            raise BackendError("engine_error", f"the judge engine returned {dropped} token id(s) outside the "
-                                               f"tokenizer's vocabulary of {len(self.tokenizer)}")
-        return Completion(text, tuple(gen.token_ids), tuple(ids), gen.finish_reason)
+        return Completion(text, tuple(gen.token_ids), tuple(ids), gen.finish_reason, dropped_ids=dropped)
 
     async def close(self) -> None:
         if self.owns_engine:
@@ -205,7 +205,7 @@ class CallRunner:
                 try:
                     out = await asyncio.wait_for(self.backend.complete(messages, params), self.options.timeout_s)
                     return JudgeCall(purpose, out.text, out.token_ids, out.prompt_ids,
-                                     time.perf_counter() - start, attempts)
+                                     time.perf_counter() - start, attempts, dropped_ids=out.dropped_ids)
                 except asyncio.TimeoutError:
                     kind, detail = "timeout", f"no answer within {self.options.timeout_s:g} s"
                 except BackendError as exc:

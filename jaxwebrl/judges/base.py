@@ -35,6 +35,7 @@ class JudgeCall:
     attempts: int = 0
     error_kind: ErrorKind | None = None
     error_detail: str = ""
+    dropped_ids: int = 0  # sampled ids the tokenizer has no text for (kept in token_ids, not in text)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -77,8 +77,9 @@ def failed(call: JudgeCall, calls: Sequence[JudgeCall] = ()) -> Verdict:
 
 
 def unparsable(call: JudgeCall, what: str) -> JudgeCall:
+    dropped = f" ({call.dropped_ids} sampled ids outside the tokenizer dropped)" if call.dropped_ids else ""
     return dataclasses.replace(call, error_kind="unparsable",
-                               error_detail=f"no {what} in the judge's answer {call.text[:200]!r}")
+                               error_detail=f"no {what} in the judge's answer {call.text[:200]!r}{dropped}")
 
 
 def extra_of(**kwargs: Any) -> dict[str, Any]:
