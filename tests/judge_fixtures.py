@@ -56,6 +56,7 @@ class ScriptedEngine:
         self.delay = delay
         self.name = name
         self.prompts: list[list[int]] = []
+        self.params: list[SamplingParams] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self.cancelled = 0
@@ -63,6 +64,7 @@ class ScriptedEngine:
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams, *,
                        session_id: str | None = None) -> Generation:
         self.prompts.append(list(prompt_ids))
+        self.params.append(params)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

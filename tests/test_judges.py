@@ -390,6 +390,7 @@ def test_browseragent_exact_match_and_majority(tok: Any) -> None:
     judge, engines = voters("yes", "no", "Yes.")
     v = asyncio.run(judge.judge(wrong))
     assert (v.label, v.reward, v.extra["yes"]) == ("success", 1.0, 2) and all(len(e.prompts) == 1 for e in engines)
+    assert [e.params[0].seed for e in engines] == [0, 1, 2]  # independent draws when one model casts every vote
     prompt = tok.decode(engines[0].prompts[0])
     assert "question: Which tower is in Paris?" in prompt and "ground truth: Eiffel Tower" in prompt
     judge, _ = voters("no", "no", "yes")
@@ -463,6 +464,25 @@ def test_queue_judges_as_episodes_end_and_limits_hold(tok: Any) -> None:
     assert all(judged[k] >= ends[k] for k in ends)
 
 
+def test_make_judge_builds_each_kind_and_engine() -> None:
+    from jaxwebrl.judges import ChatBackend, JUDGE_KINDS
+
+    for kind in JUDGE_KINDS:
+        judge = make_judge(JudgeConfig(kind=kind, engine="openai", url="http://127.0.0.1:9/v1", model_name="judge"))
+        assert judge.name.startswith(kind.split("_")[0]) and isinstance(judge.backend, ChatBackend)
+        assert judge.backend.client.base_url == "http://127.0.0.1:9"
+    judge = make_judge(JudgeConfig(kind="browseragent", mode="exact_match", engine="openai", url="http://x"))
+    assert judge.backends == []
+    three = make_judge(JudgeConfig(kind="browseragent", engine="openai", urls=("http://a", "http://b", "http://c")))
+    assert len(three.backends) == 3 and three.votes_needed == 2
+    with pytest.raises(ValueError, match="judge.kind"):
+        make_judge(JudgeConfig(kind="gpt"))
+    with pytest.raises(ValueError, match="judge.url"):
+        make_judge(JudgeConfig(engine="openai"))
+    with pytest.raises(ValueError, match="concurrency"):
+        JudgeConfig(concurrency=0, url="http://x").validate()
+
+
 def test_make_judge_from_config_and_jax_engine_end_to_end(tmp_path: Path) -> None:
     """A tiny random Flax judge on the in-process JaxEngine (its own params): it runs on the rendered prompt;
     its random text holds no verdict, so the verdict is judge_error 'unparsable', with the model's token ids."""
@@ -472,8 +492,8 @@ def test_make_judge_from_config_and_jax_engine_end_to_end(tmp_path: Path) -> Non
     from judge_fixtures import CORPUS
 
     cfg, params = make_tiny_checkpoint(tmp_path, tiny_config("qwen3"), seed=3, std=0.3, corpus=CORPUS)
-    jcfg = JudgeConfig(kind="openwebrl", engine="jax", model_path=str(tmp_path), max_new_tokens=12,
-                       jax_max_len=1024, jax_num_slots=2, retries=0)
+    jcfg = JudgeConfig(kind="openwebrl", engine="jax", model_path=str(tmp_path), max_new_tokens=12, jax_max_len=256,
+                       jax_num_slots=2, retries=0, system_prompt="Judge the agent. End with Verdict: SUCCESS or NOT SUCCESS.")
     judge = make_judge(jcfg)
     assert isinstance(judge, OpenWebRLJudge) and isinstance(judge.backend.engine, JaxEngine)
     traj = trajectory([tool_call("done", answer="42")], goal="Answer 42")

@@ -14,6 +14,7 @@ neither side; when the remaining votes cannot reach a majority the verdict is ju
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Literal, Sequence
 
 from jaxwebrl.judges.backends import CallRunner, ChatMessage, JudgeBackend, JudgeOptions
@@ -65,7 +66,11 @@ class BrowserAgentJudge(ModelJudge):
         if self.mode == "exact_match" or (self.mode == "em_or_majority" and em):
             return Verdict("success" if em else "failure", float(em), float(em), extra={"exact_match": em})
         msgs = self.messages(inp)
-        calls = list(await asyncio.gather(*(r.call(f"vote[{i}]", msgs) for i, r in enumerate(self.runners))))
+        base = self.options.sampling()
+        # One seed per vote, so votes sampled from one model (temperature > 0) are independent draws.
+        params = [dataclasses.replace(base, seed=None if base.seed is None else base.seed + i)
+                  for i in range(len(self.runners))]
+        calls = list(await asyncio.gather(*(r.call(f"vote[{i}]", msgs, params[i]) for i, r in enumerate(self.runners))))
         votes: list[bool | None] = []
         for i, call in enumerate(calls):
             vote = parse_yes_no(call.text) if call.error_kind is None else None

@@ -70,8 +70,10 @@ class RewardConfig:
             self.judge.validate()
 
 
-def make_backend(cfg: JudgeConfig, url: str | None = None, *, tokenizer: Any | None = None) -> JudgeBackend:
-    """The backend `cfg.engine` names (a fresh engine / client owned by the backend)."""
+def make_backend(cfg: JudgeConfig, url: str | None = None, *, tokenizer: Any | None = None,
+                 mesh: Any | None = None) -> JudgeBackend:
+    """The backend `cfg.engine` names (a fresh engine / client owned by the backend). `mesh`: where an in-process
+    judge's params live (its own mesh or a sub-mesh, apart from the policy's); None = one device."""
     from jaxwebrl.models import load_tokenizer
 
     if tokenizer is None and cfg.model_path:
@@ -79,7 +81,7 @@ def make_backend(cfg: JudgeConfig, url: str | None = None, *, tokenizer: Any | N
     if cfg.engine == "jax":
         from jaxwebrl.engines.jax_engine import JaxEngine
 
-        engine = JaxEngine.from_checkpoint(cfg.model_path, tokenizer=tokenizer, num_slots=cfg.jax_num_slots,
+        engine = JaxEngine.from_checkpoint(cfg.model_path, mesh=mesh, tokenizer=tokenizer, num_slots=cfg.jax_num_slots,
                                            max_len=cfg.jax_max_len, name="judge-jax")
         return EngineBackend(engine, tokenizer)
     if cfg.engine == "sglang":
@@ -93,7 +95,8 @@ def make_backend(cfg: JudgeConfig, url: str | None = None, *, tokenizer: Any | N
     return ChatBackend(client, tokenizer=tokenizer)
 
 
-def make_judge(cfg: JudgeConfig, *, backend: JudgeBackend | None = None, task_specs: TaskSpecLookup | None = None) -> Any:
+def make_judge(cfg: JudgeConfig, *, backend: JudgeBackend | None = None, task_specs: TaskSpecLookup | None = None,
+               mesh: Any | None = None) -> Any:
     """The judge `cfg.kind` names, on `backend` or on the one `cfg` describes."""
     from jaxwebrl.judges.browseragent import BrowserAgentJudge
     from jaxwebrl.judges.nnetnav import NNetNavORM, TrajectoryLabeler
@@ -109,9 +112,9 @@ def make_judge(cfg: JudgeConfig, *, backend: JudgeBackend | None = None, task_sp
         elif backend is not None:
             backends = [backend]
         else:
-            backends = [make_backend(cfg, u) for u in (cfg.urls or (cfg.url,))]
+            backends = [make_backend(cfg, u, mesh=mesh) for u in (cfg.urls or (cfg.url,))]
         return BrowserAgentJudge(backends, opts, mode=cfg.mode, task_specs=task_specs, **space)  # type: ignore[arg-type]
-    backend = backend or make_backend(cfg)
+    backend = backend or make_backend(cfg, mesh=mesh)
     if cfg.kind == "openwebrl":
         return OpenWebRLJudge(backend, opts, system_prompt=cfg.system_prompt or None, task_specs=task_specs, **space)
     if cfg.kind == "webgym_rubric":
