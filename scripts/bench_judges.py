@@ -2,13 +2,15 @@
 """Judging throughput and the cost of a judging barrier, in one run.
 
 1. Judged trajectories/s for the same OpenWebRL judge (same checkpoint, same episodes) on the in-process
-   JaxEngine vs an sglang-jax server (through /generate, SGLangEngine) vs the same server through its
-   OpenAI-compatible /v1/chat/completions (OpenAIChatEngine). Each side is warmed up once, then timed.
+   JaxEngine vs an sglang-jax server (through /generate, SGLangEngine, which asks for logprobs) vs the same
+   server through its OpenAI-compatible /v1/chat/completions (OpenAIChatEngine). Each side runs the whole
+   workload once to warm up, then once timed.
 2. Iteration time of a rollout batch whose episodes end at spread-out times (simulated: a sleep per episode,
    no browser) with judging overlapped (JudgeQueue: each episode judged as soon as it ends) vs judging every
    episode after the whole batch ended (a barrier), same judge (JaxEngine).
 
-The judge is a random Qwen3 (head_dim 128 for sglang-jax) written as a HF checkpoint with a tiny tokenizer;
+The judge is a random Qwen3 (default 4 layers, hidden 256, 2 heads of head_dim 128 -- sglang-jax needs 128)
+written as a HF checkpoint with a tiny tokenizer;
 its answers hold no verdict, so every verdict is judge_error 'unparsable' -- the work per judgment (prompt
 prefill + max_new_tokens decode) is what is measured, not the judge's quality.
 
@@ -63,7 +65,7 @@ def episodes(n: int, seed: int = 0) -> list[Trajectory]:
 
 async def throughput(judge: OpenWebRLJudge, trajs: list[Trajectory], concurrency: int) -> dict[str, float]:
     queue = JudgeQueue(judge, concurrency=concurrency)
-    for t in trajs[: max(2, concurrency)]:  # warm-up (compiles, caches)
+    for t in trajs:  # warm-up: the whole workload once (XLA compiles per batch shape on both sides)
         queue.submit(t)
     await queue.join()
     t0 = time.perf_counter()
@@ -73,6 +75,7 @@ async def throughput(judge: OpenWebRLJudge, trajs: list[Trajectory], concurrency
     dt = time.perf_counter() - t0
     called = sum(v.called for _, v in results)
     return {"trajectories": len(results), "judged_calls": called, "seconds": dt, "traj_per_s": len(results) / dt,
+            "mean_reply_chars": sum(len(v.text) for _, v in results) / len(results),
             "errors_other_than_unparsable": sum(v.error_kind not in (None, "unparsable") for _, v in results)}
 
 
@@ -103,7 +106,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--span", type=float, default=20.0, help="episodes end uniformly within this many seconds")
     ap.add_argument("--skip-sglang", action="store_true")
     ap.add_argument("--out", default="")
@@ -112,13 +117,14 @@ def main() -> None:
     path = Path(tempfile.mkdtemp(prefix="bench_judge_ckpt_"))
     from judge_fixtures import CORPUS
 
-    cfg, _ = make_tiny_checkpoint(path, tiny_config("qwen3", head_dim=128, num_heads=2, num_kv_heads=1), seed=0,
-                                  std=0.3, corpus=CORPUS)
+    model = tiny_config("qwen3", head_dim=128, num_heads=2, num_kv_heads=1, num_layers=args.layers,
+                        hidden_size=args.hidden, intermediate_size=2 * args.hidden)
+    cfg, _ = make_tiny_checkpoint(path, model, seed=0, std=0.3, corpus=CORPUS)
     tok = load_tokenizer(path)
     opts = JudgeOptions(max_new_tokens=args.max_new_tokens, retries=0, concurrency=args.concurrency, timeout_s=600)
     trajs = episodes(args.episodes)
     report: dict[str, Any] = {"episodes": args.episodes, "concurrency": args.concurrency,
-                              "max_new_tokens": args.max_new_tokens}
+                              "max_new_tokens": args.max_new_tokens, "layers": args.layers, "hidden": args.hidden}
 
     async def run_jax() -> None:
         engine = JaxEngine.from_checkpoint(path, tokenizer=tok, num_slots=args.concurrency, max_len=1024)

@@ -6,7 +6,6 @@ WebGym task-synthesis tool, and an end-to-end judgment by a tiny random Flax mod
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 from pathlib import Path
