@@ -1,4 +1,5 @@
-"""Rollout engines: the Engine protocol, the embedded JaxEngine, the SGLang client and launcher, a router.
+"""Rollout engines: the Engine protocol, the embedded JaxEngine, the SGLang client and launcher, a router, and
+an OpenAI-compatible chat client (text in / text out, for judges served behind /v1/chat/completions).
 
 The concrete engines load on first use (`jaxwebrl.engines.JaxEngine` imports its module then), so a run
 that serves from SGLang never imports the JAX sampler (which registers a JAX compile listener).
@@ -23,6 +24,7 @@ _LAZY = {
     "JaxEngine": "jaxwebrl.engines.jax_engine", "SchedulerEvent": "jaxwebrl.engines.jax_engine",
     "Router": "jaxwebrl.engines.router", "SGLangEngine": "jaxwebrl.engines.sglang_engine",
     "SGLangServer": "jaxwebrl.engines.sglang_server", "ServerStartError": "jaxwebrl.engines.sglang_server",
+    "ChatCompletion": "jaxwebrl.engines.openai_engine", "OpenAIChatEngine": "jaxwebrl.engines.openai_engine",
 }
 
 

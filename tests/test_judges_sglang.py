@@ -1,0 +1,172 @@
+"""Judges against a real sglang-jax server on loopback (CPU): the OpenAI-compatible chat client on its
+/v1/chat/completions route, the same judge through SGLangEngine (token in / token out), and a judge server
+killed mid-run and restarted. The model is a tiny random Qwen3 (head_dim 128, which sglang-jax needs); its
+answers hold no verdict, so a call the server answered is recorded as judge_error 'unparsable' while a call
+the dead server could not answer is judge_error 'unavailable': that distinction is what the kill test checks.
+
+Needs the Python 3.12 venv with sglang-jax (scripts/setup_sglang_env.sh, or $JAXWEBRL_SGLANG_PYTHON); without
+it the module is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jaxwebrl.engines import OpenAIChatEngine, SamplingParams, SGLangEngine, SGLangServer
+from jaxwebrl.engines.sglang_server import default_sglang_jax_python
+from jaxwebrl.judges import (
+    ChatBackend, EngineBackend, JudgeInput, JudgeOptions, JudgeQueue, OpenWebRLJudge, apply_decision,
+    reward_from_verdict,
+)
+from jaxwebrl.judges.backends import ChatMessage
+from jaxwebrl.models import load_tokenizer
+from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+from judge_fixtures import CORPUS, tool_call, trajectory
+
+
+def _sglang_python() -> str:
+    python = default_sglang_jax_python()
+    if python is None or not Path(python).exists():
+        pytest.skip("no sglang-jax venv (.venv-sglang or $JAXWEBRL_SGLANG_PYTHON): run scripts/setup_sglang_env.sh",
+                    allow_module_level=True)
+    probe = subprocess.run([python, "-c", "import sgl_jax"], capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"{python} cannot import sgl_jax: run scripts/setup_sglang_env.sh", allow_module_level=True)
+    return python
+
+
+PYTHON = _sglang_python()
+CFG = tiny_config("qwen3", head_dim=128, num_heads=2, num_kv_heads=1)
+SHORT_PROMPT = "You judge web agents. End with Verdict: SUCCESS or Verdict: NOT SUCCESS."
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    # A directory name without a model family in it: sglang-jax guesses a built-in conversation template from
+    # the path, and we want it to use the checkpoint's own chat template.
+    path = tmp_path_factory.mktemp("judge_ckpt")
+    make_tiny_checkpoint(path, CFG, seed=0, std=0.3, corpus=CORPUS)
+    server = SGLangServer(path, device="cpu", python=PYTHON, log_path=path / "server.log", context_length=2048,
+                          max_total_tokens=16384)
+    server.start()
+    try:
+        yield {"path": path, "server": server, "tok": load_tokenizer(path)}
+    finally:
+        server.stop()
+
+
+def crash(server: SGLangServer) -> None:
+    """SIGKILL the whole server process group (a crash, not a graceful shutdown), then reap it."""
+    assert server.proc is not None
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(30)
+    server.stop()
+
+
+def _messages() -> list[ChatMessage]:
+    return [ChatMessage("system", SHORT_PROMPT), ChatMessage("user", "Task: click the submit button\nFinal answer: done")]
+
+
+def test_chat_client_renders_like_us_and_decodes_like_generate(served: Any) -> None:
+    """The server's chat template gives the same prompt ids as ours (usage.prompt_tokens), and its greedy answer
+    equals /generate on our rendered ids, decoded."""
+    tok = served["tok"]
+    sp = SamplingParams(greedy=True, max_new_tokens=24)
+    msgs = _messages()
+
+    async def main() -> tuple[Any, Any, list[str]]:
+        chat = ChatBackend(OpenAIChatEngine(served["server"].url, retries=0), tokenizer=tok)
+        raw = EngineBackend(SGLangEngine(served["server"].url), tok)
+        try:
+            models = await chat.client.models()
+            return await chat.complete(msgs, sp), await raw.complete(msgs, sp), models
+        finally:
+            await chat.close()
+            await raw.close()
+
+    via_chat, via_generate, models = asyncio.run(main())
+    assert models and via_chat.prompt_ids == via_generate.prompt_ids
+    assert via_chat.server_prompt_tokens == len(via_generate.prompt_ids)
+    assert len(via_generate.token_ids) >= 1 and via_chat.text == via_generate.text
+    assert via_chat.token_ids == ()  # the chat API returns no ids; the engine path does
+
+
+def test_openwebrl_judge_same_verdict_over_chat_and_engine(served: Any) -> None:
+    tok = served["tok"]
+    traj = trajectory([tool_call("click", x=1, y=2), tool_call("done", answer="42")], goal="Answer 42")
+    opts = JudgeOptions(max_new_tokens=16, retries=0, timeout_s=120)
+
+    async def main() -> tuple[Any, Any]:
+        a = OpenWebRLJudge(ChatBackend(OpenAIChatEngine(served["server"].url, retries=0), tokenizer=tok), opts,
+                           system_prompt=SHORT_PROMPT)
+        b = OpenWebRLJudge(EngineBackend(SGLangEngine(served["server"].url), tok), opts, system_prompt=SHORT_PROMPT)
+        try:
+            return await a.judge(traj), await b.judge(traj)
+        finally:
+            await a.close()
+            await b.close()
+
+    over_chat, over_engine = asyncio.run(main())
+    assert over_chat.called and over_engine.called
+    assert over_chat.calls[0].text == over_engine.calls[0].text and over_engine.token_ids
+    assert over_chat.calls[0].prompt_ids == over_engine.calls[0].prompt_ids
+    # a random model writes no verdict: judge_error, recorded, never raised
+    assert over_chat.label == over_engine.label == "judge_error" and over_chat.error_kind == "unparsable"
+    inp = JudgeInput.from_trajectory(traj, action_space="openwebrl")
+    assert "Final answer: 42" in tok.decode(list(over_engine.calls[0].prompt_ids))
+    assert inp.ended_with_answer
+
+
+def test_judge_server_killed_mid_run_then_restarted(served: Any) -> None:
+    """Episodes 0-7 are submitted together with a judge limit of 2 calls; the server is killed as soon as the first
+    verdict is in. Episodes the dead server could not judge get judge_error 'unavailable' (mask 0), the run goes
+    on; after the restart, episodes 8-11 are all judged by the model. The limit is measured."""
+    tok, server = served["tok"], served["server"]
+    limit = 2
+    judge = OpenWebRLJudge(
+        ChatBackend(OpenAIChatEngine(server.url, retries=1, backoff=0.2, request_timeout=60), tokenizer=tok),
+        JudgeOptions(max_new_tokens=48, retries=1, backoff_s=0.2, concurrency=limit, timeout_s=60),
+        system_prompt=SHORT_PROMPT,
+    )
+    first = asyncio.Event()
+    queue = JudgeQueue(judge, concurrency=8, on_verdict=lambda _t, _v: first.set())
+    trajs = [trajectory([tool_call("done", answer=str(i))], task_id=f"ep{i}", goal=f"Answer {i}") for i in range(12)]
+
+    async def main() -> tuple[list[Any], list[Any], float]:
+        try:
+            for t in trajs[:8]:
+                queue.submit(t)
+            await first.wait()
+            t_kill = time.perf_counter()
+            await asyncio.to_thread(crash, server)
+            before = await queue.join()
+            await asyncio.to_thread(server.start)  # same port, waits until healthy and warmed up
+            for t in trajs[8:]:
+                queue.submit(t)
+            after = await queue.join()
+            return before, after, t_kill
+        finally:
+            await judge.close()
+
+    before, after, _ = asyncio.run(main())
+    kinds = [v.error_kind for _, v in before]
+    assert len(before) == 8 and len(after) == 4
+    assert "unparsable" in kinds  # at least the first was answered by the model before the kill
+    assert kinds.count("unavailable") >= 1  # the kill hit the rest
+    assert set(kinds) <= {"unparsable", "unavailable"}
+    for traj, verdict in before:
+        decision = reward_from_verdict(verdict)
+        apply_decision(traj, decision, verdict)
+        assert traj.termination == "judge_error" and all(t.num_trained == 0 for t in traj.turns)
+    assert [v.error_kind for _, v in after] == ["unparsable"] * 4  # judged by the restarted server
+    assert all(v.calls[0].text for _, v in after)
+    assert queue.finished == 12 and queue.submitted == 12
+    assert 1 <= judge.runner.max_in_flight <= limit and judge.runner.max_in_flight == limit
