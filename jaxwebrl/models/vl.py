@@ -10,8 +10,8 @@ returns (input_ids, attention_mask, pixel_values, image_grid_thw) into fixed-sha
 positions, the patch layout, where each merged image token goes. `forward` (pure, jittable) computes
 logits from them. `VLModel` is the NNX face doing both.
 
-Decoding with a KV cache: prefill with `forward(..., cache=...)` (right padding; the cache is indexed by
-`positions`, the count of real tokens before each one), then each new token at cache index p has M-RoPE
+Decoding with a KV cache: prefill with `forward(..., cache=...)` (the cache is indexed by `positions`, the
+count of real tokens before each one), then each new token at cache index p has M-RoPE
 position p + rope_delta on all three axes (`decode_inputs`).
 """
 
@@ -90,8 +90,8 @@ def prepare_inputs(
     """Model inputs from the processor's outputs (numpy or torch). `num_patches` pads the patch rows to a
     bucket so one compiled program serves many image sizes (padding patches join no image).
 
-    Returns tokens, segment_ids (the attention mask), positions (index among real tokens: the KV-cache
-    slot), mrope_positions int32[3, B, T], rope_deltas int32[B], and `vision` (None without images):
+    Returns tokens, segment_ids (the attention mask), positions (the KV-cache slot: index among real
+    tokens, padding after them), mrope_positions int32[3, B, T], rope_deltas int32[B], and `vision` (None without images):
     pixel_values, the patch layout (see `vision.patch_layout`) and `scatter_to` int32[N / merge^2], the
     flat b * T + t index of each merged image token (B * T, dropped, for padding)."""
     ids = _np(input_ids).astype(np.int64)
@@ -110,9 +110,19 @@ def prepare_inputs(
     grid = _np(image_grid_thw)
     if is_image.any() and (grid is None or pixel_values is None):
         raise ValueError("input_ids contain image tokens but pixel_values / image_grid_thw are missing")
+    if is_image.any():
+        grid = grid.reshape(-1, 3)
+        n_real = int(np.prod(grid, axis=-1).sum())
+        n_tokens = n_real // cfg.vision.merge_unit
+        if int(is_image.sum()) != n_tokens:
+            raise ValueError(f"input_ids hold {int(is_image.sum())} image tokens but the images give {n_tokens} "
+                             "merged patches; expand the placeholders with the checkpoint's processor")
     mrope, deltas = rope_index(ids, mask, grid if is_image.any() else None, cfg.image_token_id,
                                cfg.vision.spatial_merge_size)
-    positions = np.maximum(np.cumsum(mask, axis=-1) - 1, 0) * mask
+    # Cache slots: real tokens 0..n-1 in order, padding after them (n, n+1, ...), so a prefill with either
+    # padding side never overwrites a real token's keys; decoding later overwrites the padding's.
+    real = mask != 0
+    positions = np.where(real, np.cumsum(real, axis=-1) - 1, real.sum(-1, keepdims=True) + np.cumsum(~real, axis=-1) - 1)
     out: Inputs = {
         "tokens": ids.astype(np.int32), "segment_ids": mask.astype(np.int32),
         "positions": positions.astype(np.int32), "mrope_positions": mrope, "rope_deltas": deltas, "vision": None,
@@ -120,15 +130,10 @@ def prepare_inputs(
     if not is_image.any():
         return out
     pixels = _np(pixel_values).astype(np.float32)
-    layout = patch_layout(cfg.vision, grid, num_patches)
-    n_real = int(np.prod(grid.reshape(-1, 3), axis=-1).sum())
     if pixels.shape != (n_real, cfg.vision.patch_dim):
         raise ValueError(f"pixel_values has shape {list(pixels.shape)}, expected [{n_real}, {cfg.vision.patch_dim}] "
                          "for image_grid_thw and the vision config")
-    n_tokens = n_real // cfg.vision.merge_unit
-    if int(is_image.sum()) != n_tokens:
-        raise ValueError(f"input_ids hold {int(is_image.sum())} image tokens but the images give {n_tokens} "
-                         "merged patches; expand the placeholders with the checkpoint's processor")
+    layout = patch_layout(cfg.vision, grid, num_patches)
     total = layout["segment"].shape[0]
     scatter_to = np.full(total // cfg.vision.merge_unit, B * T, np.int32)
     scatter_to[:n_tokens] = np.flatnonzero(is_image.reshape(-1))
@@ -189,6 +194,10 @@ def forward(
     return constrain(logits, ("activation_batch", "activation_length", "activation_vocab")), new_cache
 
 
+# One compiled program per (config, input shapes): jit with the config static.
+forward_jit = jax.jit(forward, static_argnums=(0,), static_argnames=("attend_len",))
+
+
 def init_cache(cfg: VLConfig, batch: int, max_len: int, dtype: str | None = None) -> KVCache:
     return decoder.init_cache(cfg.text, batch, max_len, dtype)
 
@@ -209,4 +218,4 @@ class VLModel(nnx.Module):
     def __call__(self, input_ids: Any, attention_mask: Any = None, pixel_values: Any = None,
                  image_grid_thw: Any = None, mm_token_type_ids: Any = None) -> jax.Array:
         inputs = prepare_inputs(self.cfg, input_ids, attention_mask, pixel_values, image_grid_thw, mm_token_type_ids)
-        return forward(self.cfg, self.param_dict(), jax.tree.map(jnp.asarray, inputs))[0]
+        return forward_jit(self.cfg, self.param_dict(), inputs)[0]

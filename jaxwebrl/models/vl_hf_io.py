@@ -230,10 +230,10 @@ def export_vl_hf(
             src = Path(processor_dir) / fname
             if src.exists():
                 shutil.copy2(src, out / fname)
-        for fname in ("preprocessor_config.json", "processor_config.json"):
-            if (out / fname).exists():  # name the standard class, not our torchvision-free subclass
-                data = json.loads((out / fname).read_text())
-                if "processor_class" in data:
-                    data["processor_class"] = _STANDARD_PROCESSOR[cfg.architecture]
-                    (out / fname).write_text(json.dumps(data, indent=2))
+    for fname in ("preprocessor_config.json", "processor_config.json"):
+        if (out / fname).exists():  # name the standard class, not our torchvision-free subclass
+            data = json.loads((out / fname).read_text())
+            if data.get("processor_class") not in (None, _STANDARD_PROCESSOR[cfg.architecture]):
+                data["processor_class"] = _STANDARD_PROCESSOR[cfg.architecture]
+                (out / fname).write_text(json.dumps(data, indent=2))
     return out
