@@ -31,6 +31,9 @@ RULES: dict[str, str | tuple[str, ...] | None] = {
     "head_dim": None,
     "layers": None,
     "norm": None,
+    "qkv": None,  # the q/k/v index of a fused projection (vision encoder)
+    "vision_patch": None,  # pixels of one patch (channels x frames x patch x patch)
+    "vision_positions": None,  # rows of the learned vision position grid
     # activations
     "activation_batch": ("data", "fsdp"),
     "activation_length": None,

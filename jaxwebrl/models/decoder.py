@@ -22,6 +22,7 @@ from flax import nnx
 
 from jaxwebrl.models.config import ModelConfig
 from jaxwebrl.models.activations import activation
+from jaxwebrl.models.mrope import rotate
 from jaxwebrl.models.rope import apply_rope, attention_scaling, inverse_frequencies
 from jaxwebrl.sharding import constrain
 
@@ -171,9 +172,12 @@ def _layer(
     cache: KVCache | None,
     layer: jax.Array | int,
     attend_len: int | None,
+    rope_angles: jax.Array | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
     """One pre-norm block: x + attn(norm(x)), then + act(gate) * up (SwiGLU with the default hidden_act). p holds
-    this layer's slices; `cache` is the whole [layers, ...] cache, of which this block writes and reads index `layer`."""
+    this layer's slices; `cache` is the whole [layers, ...] cache, of which this block writes and reads index
+    `layer`. `rope_angles` [B, T, hd/2] (M-RoPE) replace the angles from `positions`, which then only index
+    the cache."""
     dt = x.dtype
     h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
     q = jnp.einsum("btd,dhk->bthk", h, p["wq"].astype(dt))
@@ -184,9 +188,12 @@ def _layer(
     if cfg.qk_norm:
         q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
-    rope_scale = attention_scaling(cfg)
-    q = constrain(apply_rope(q, positions, inv_freq, rope_scale), ("activation_batch", "activation_length", "activation_heads", None))
-    k = apply_rope(k, positions, inv_freq, rope_scale)
+    if rope_angles is None:
+        rope_scale = attention_scaling(cfg)
+        q, k = apply_rope(q, positions, inv_freq, rope_scale), apply_rope(k, positions, inv_freq, rope_scale)
+    else:
+        q, k = rotate(q, rope_angles), rotate(k, rope_angles)
+    q = constrain(q, ("activation_batch", "activation_length", "activation_heads", None))
     if cache is not None:  # write this step's k/v at their positions, attend over the first attend_len entries
         rows = jnp.arange(x.shape[0])[:, None, None]
         heads = jnp.arange(cfg.num_kv_heads)[None, :, None]
@@ -232,15 +239,23 @@ def hidden_states(
     segment_ids: jax.Array | None = None,
     cache: KVCache | None = None,
     attend_len: int | None = None,
+    *,
+    embeds: jax.Array | None = None,
+    rope_angles: jax.Array | None = None,
+    layer_residuals: jax.Array | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
     """Final normed hidden states [B, T, D] (and the updated cache).
+
+    Vision-language hooks (jaxwebrl.models.vl): `embeds` [B, T, D] replace the token embeddings (image
+    features scattered in), `rope_angles` [B, T, hd/2] replace the rotary angles of `positions` (M-RoPE),
+    and `layer_residuals` [n, B, T, D] are added to the output of layers 0..n-1 (Qwen3-VL's DeepStack).
 
     The cache rides through the layer loop as part of the carry, each layer writing only its new entries, so
     XLA updates it in place: as scanned-over inputs and stacked outputs, every decode step copied the whole
     cache. `attend_len` (static) limits attention to the first cache entries, enough for the furthest row.
     """
     dt = jnp.dtype(cfg.dtype)
-    x = jnp.take(params["embed"], tokens, axis=0).astype(dt)
+    x = (embeds if embeds is not None else jnp.take(params["embed"], tokens, axis=0)).astype(dt)
     x = constrain(x, ("activation_batch", "activation_length", "activation_embed"))
     if cache is not None and attend_len is None:
         attend_len = cache["k"].shape[3]
@@ -249,7 +264,12 @@ def hidden_states(
 
     def body(carry: tuple[jax.Array, KVCache | None], layer: tuple[Params, jax.Array]) -> tuple[Any, None]:
         (h, c), (p, i) = carry, layer
-        return _layer(cfg, p, h, positions, mask, inv_freq, c, i, attend_len), None
+        h, c = _layer(cfg, p, h, positions, mask, inv_freq, c, i, attend_len, rope_angles)
+        if layer_residuals is not None:
+            n = layer_residuals.shape[0]
+            extra = jax.lax.dynamic_index_in_dim(layer_residuals, jnp.minimum(i, n - 1), 0, keepdims=False)
+            h = h + jnp.where(i < n, extra, jnp.zeros_like(extra)).astype(h.dtype)
+        return (h, c), None
 
     if cfg.remat:
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]
@@ -274,9 +294,11 @@ def forward(
     segment_ids: jax.Array | None = None,
     cache: KVCache | None = None,
     attend_len: int | None = None,
+    **hooks: jax.Array | None,
 ) -> tuple[jax.Array, KVCache | None]:
-    """Logits float32[B, T, V] for tokens int32[B, T] at positions int32[B, T]; see the module doc."""
-    h, new_cache = hidden_states(cfg, params, tokens, positions, segment_ids, cache, attend_len)
+    """Logits float32[B, T, V] for tokens int32[B, T] at positions int32[B, T]; see the module doc.
+    `hooks` are `hidden_states`' vision-language keywords (embeds, rope_angles, layer_residuals)."""
+    h, new_cache = hidden_states(cfg, params, tokens, positions, segment_ids, cache, attend_len, **hooks)
     logits = jnp.einsum("btd,dv->btv", h, lm_head(cfg, params).astype(h.dtype), preferred_element_type=jnp.float32)
     return constrain(logits, ("activation_batch", "activation_length", "activation_vocab")), new_cache
 
