@@ -75,6 +75,28 @@ def _describe(step: Step, elements: Sequence[Any]) -> str:
     return f"clicked {label}"
 
 
+RETRIES = 3  # looks again at a page that has not caught up with the last action yet
+
+
+async def _refresh(env: Any, obs: Any) -> Any:
+    """A new observation after the page had time to start and finish a navigation. The env observes right
+    after an action; under load a navigation the action started may not have begun by then (a coordinate
+    click does not wait for it), and the observation still shows the old page. A demonstration must pair
+    each action with the page it acts on, so the driver waits and looks again before giving up."""
+    from jaxwebrl.browser.observation import observe
+
+    await asyncio.sleep(0.2)
+    await env.session.settle()
+    return await observe(env.session, env.config.obs, obs.goal)
+
+
+async def settled(env: Any) -> None:
+    """Let a navigation started by the last action finish before the evaluator reads the page."""
+    if env.session is not None and not env.done:
+        await asyncio.sleep(0.3)
+        await env.session.settle()
+
+
 async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: EnvConfig, prompt_format: str,
                     ) -> tuple[list[StepRecord], str | None]:
     """Play `plan` in `env` from observation `obs`, writing each step in the env's action grammar against
@@ -87,6 +109,10 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
     memory: list[str] = []  # everything noted or done so far (-> <memory>)
     for step in plan:
         if isinstance(step, Step) and step.kind == "see":
+            for _ in range(RETRIES):
+                if step.text in obs.text:
+                    break
+                obs = await _refresh(env, obs)
             if step.text not in obs.text:
                 return records, f"expected {step.text!r} on the page, not found"
             notes.append(f"The page shows {step.text!r}.")
@@ -94,11 +120,15 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
             continue
         for _ in range(4):  # a coordinate step may first scroll its target into view
             viewport = obs.metadata.viewport if obs.metadata is not None else env_config.viewport
-            try:
-                written = Written([step]) if isinstance(step, str) else write_step(step, space, obs.elements, viewport)
-                done_line = step if isinstance(step, str) else _describe(step, obs.elements)
-            except LookupError as exc:
-                return records, str(exc)
+            for attempt in range(RETRIES + 1):
+                try:
+                    written = Written([step]) if isinstance(step, str) else write_step(step, space, obs.elements, viewport)
+                    done_line = step if isinstance(step, str) else _describe(step, obs.elements)
+                    break
+                except LookupError as exc:
+                    if attempt == RETRIES:
+                        return records, str(exc)
+                    obs = await _refresh(env, obs)
             for action in written.actions:
                 mem = "; ".join(memory + ([done_line] if written.complete else []))
                 conclusion = " ".join(notes) or None
@@ -110,9 +140,12 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
                 res = await env.step(text)
                 if res.format_error or res.feedback.startswith("Failed") or res.termination_reason in ("env_error", "timeout"):
                     return records, f"{action!r}: {res.feedback}"
-                obs, feedback = res.observation, res.feedback
+                feedback = res.feedback
                 if res.done:
                     return records, None
+                # look again once the page settled: the env observes right after the action, and a navigation
+                # the action started may not have begun yet under load (the next step would act on the old page)
+                obs = await _refresh(env, res.observation)
             if written.complete:
                 memory.append(done_line)
                 break
@@ -148,6 +181,7 @@ async def collect_demonstrations(
                 except (LookupError, KeyError) as exc:
                     return Demonstration(task.task_id, seed, obs.goal, [], False, f"no plan: {exc}")
                 steps, error = await play_plan(env, obs, plan, env_config, prompt_format)
+                await settled(env)
                 ev = await env.evaluate()
                 return Demonstration(task.task_id, seed, obs.goal, steps, bool(ev.success) and error is None and bool(steps),
                                      error)
