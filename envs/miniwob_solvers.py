@@ -4,9 +4,9 @@ and element ids are stable within an episode); `jaxwebrl.recipes.demo_actions.wr
 in the episode's action grammar (webarena, webagent_r1, bid or openwebrl coordinates).
 
 `plan(task, goal, elements)` gives steps that solve the task; `wrong_plan(...)` gives plausible but wrong
-steps (a different target or text) that must fail: useful as negative examples. `plan_text` /
-`wrong_plan_text` write them for a grammar in one go (single-turn use; multi-turn writing resolves each step
-on the live page, see `recipes.demos.collect_demonstrations`).
+steps (a different target or text) that must fail: useful as negative examples. `plan_text` writes either
+for one grammar in one go against the first observation (MiniWoB++ pages keep their ids); demonstrations
+resolve each step on the live page instead (`recipes.demos.collect_demonstrations`).
 """
 
 from __future__ import annotations

@@ -33,6 +33,14 @@ WEBRL = [  # one step per record with the history in the prompt (process_data.py
         {"from": "human", "value": "Round 1\n\n<html> <h1>Books</h1> </html>"},
         {"from": "gpt", "value": "exit(message=\"done\")"}]},
 ]
+WEBRL_TRACES = [  # two traces in one file, steps out of order
+    {"trace_id": 11, "index": 1, "target": "Open the Books category", "html": "<h1>Books</h1>",
+     "response": "exit(message=\"done\")", "url": "http://shop/books", "score": 1},
+    {"trace_id": 11, "index": 0, "target": "Open the Books category", "html": "<a id=\"7\">Books</a>",
+     "response": "do(action=\"Click\", element=\"7\")", "url": "http://shop/", "score": 1},
+    {"trace_id": 12, "index": 0, "target": "Find the lamp", "html": "<input id=\"3\"/>",
+     "fixed_response": "do(action=\"Search\", argument=\"lamp\", element=\"3\")", "score": 0},
+]
 NNETNAV_SYSTEM = "You are an autonomous intelligent agent tasked with navigating a web browser."
 
 
@@ -80,6 +88,7 @@ def openwebrl_rows() -> list[dict]:
 
 CASES = {  # format -> (file name, records, trajectories, turns)
     "webrl": ("web_policy_sft.json", WEBRL, 2, 3),
+    "webrl_traces": ("traces.jsonl", WEBRL_TRACES, 2, 3),
     "nnetnav": ("train.jsonl", NNETNAV, 2, 3),
     "browseragent": ("sft.jsonl", BROWSERAGENT, 2, 3),
     "openwebrl": ("OpenWebRL_SFT_trajectories.jsonl", openwebrl_rows(), 1, 2),
@@ -123,7 +132,7 @@ def test_round_trip_into_the_sft_pipeline(tmp_path, tokenizer, fmt):
         assert turn.action.splitlines()[0][:20] in trained or fmt == "openwebrl"  # the action is among the trained tokens
         prompt = tokenizer.decode(s.tokens[: len(turn.prompt_ids)])
         assert turn.observation.replace(VISION, "[screenshot]")[:40] in prompt
-    if fmt in ("webrl", "openwebrl"):  # one growing chat per episode: trajectory-level samples too
+    if fmt in ("webrl", "webrl_traces", "openwebrl"):  # one growing chat per episode: trajectory-level samples too
         whole = build_samples(trajs, per="trajectory", norm="token_mean")
         assert sum(s.num_trained for s in whole) == sum(len(t.response_ids) for t in turns)
 
@@ -139,6 +148,14 @@ def test_openwebrl_calls_are_rewritten_to_our_grammar(tmp_path, tokenizer):
     assert (done.name, done.args["answer"]) == ("done", "$34.99")
     assert "[screenshot]" in tokenizer.decode(traj.turns[1].prompt_ids) and traj.reward == 1.0
     assert traj.turns[0].history_ids is not None and traj.group_id == "openwebrl/shop-7/0"
+
+
+def test_webrl_traces_keep_order_and_score(tmp_path, tokenizer):
+    trajs = import_file("webrl_traces", write(tmp_path / "t.jsonl", WEBRL_TRACES), tokenizer)
+    assert [(len(t.turns), t.reward) for t in trajs] == [(2, 1.0), (1, 0.0)]
+    second = tokenizer.decode(trajs[0].turns[1].prompt_ids)
+    assert "Task Instruction: Open the Books category" in second and second.index("Round 0") < second.index("Round 1")
+    assert trajs[0].turns[0].action.startswith("do(") and trajs[0].turns[1].action.startswith("exit(")
 
 
 def test_browseragent_episodes_end_at_stop(tmp_path, tokenizer):
@@ -163,6 +180,7 @@ def test_truncated_file_names_file_and_line(tmp_path, tokenizer, fmt):
 @pytest.mark.parametrize("fmt,field,broken", [
     ("webrl", "conversations", lambda r: {"messages": r["conversations"]}),
     ("webrl", "conversations[1].value", lambda r: {"conversations": [r["conversations"][0], {"from": "gpt"}]}),
+    ("webrl_traces", "html", lambda r: {k: v for k, v in r.items() if k != "html"}),
     ("nnetnav", "messages", lambda r: {k: v for k, v in r.items() if k != "messages"}),
     ("nnetnav", "messages[1].content", lambda r: {**r, "messages": [r["messages"][0], {"role": "user"}, r["messages"][2]]}),
     ("browseragent", "input_seq", lambda r: {"question": r["input_seq"]}),
@@ -184,7 +202,7 @@ def test_wrong_schema_names_file_line_and_field(tmp_path, tokenizer, fmt, field,
         assert err.value.line > 1, msg  # the second array element starts below the first
 
 
-def test_cli_writes_our_jsonl(tmp_path, tokenizer):
+def test_cli_writes_our_jsonl(tmp_path, tokenizer, capsys):
     src = write(tmp_path / "train.jsonl", NNETNAV)
     out = tmp_path / "out" / "nnetnav.jsonl"
     run = subprocess.run([sys.executable, "-m", "jaxwebrl.data.importers", "nnetnav", str(src), str(out),
@@ -195,9 +213,10 @@ def test_cli_writes_our_jsonl(tmp_path, tokenizer):
     assert len(list(read_jsonl(out))) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "x"}) + "\n")
-    run = subprocess.run([sys.executable, "-m", "jaxwebrl.data.importers", "nnetnav", str(bad), str(out),
-                          "--tokenizer", tokenizer.save_dir], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and f"{bad}:1: missing field 'messages'" in run.stderr, run.stderr
+    from jaxwebrl.data.importers.__main__ import main  # the same entry point, in process (a second start costs ~15 s)
+
+    assert main(["nnetnav", str(bad), str(out), "--tokenizer", tokenizer.save_dir]) == 2
+    assert f"{bad}:1: missing field 'messages'" in capsys.readouterr().err
 
 
 def test_every_format_has_a_case():

@@ -29,6 +29,16 @@ webrl — WebRL's LLaMA-Factory ShareGPT SFT set `web_policy_sft`, the 9,460 tra
     reward                                            -> 1.0 (released BC demonstrations)
     dropped: any other record field. Action grammar checked: webagent_r1.
 
+webrl_traces — WebRL / WebAgent-R1 rollout traces (THUDM/WebRL scripts/process_data.py: one step per line,
+"trace_id", "index", "target", "html", "response" / "fixed_response", "score" after `trace_process`):
+    target                            -> task_id "webrl/<target>", metadata.instruction
+    html                              -> Turn.observation, and the user turn "Round k\n\n<html>" (the first
+                                         prefixed "Task Instruction: <target>\n\n"), as `build_policy_data` lays out
+    fixed_response (else response)    -> response_ids; earlier responses stay in the chat (append-only)
+    trace_id, index                   -> steps grouped per trace and ordered; group_id "task_id#trace_id"
+    score of the last step            -> Trajectory.reward (0.0 when absent: an unjudged trace)
+    dropped: prompt, url, window, image, parsed_action.
+
 nnetnav — NNetNav's instruction-tuning JSONL (MurtyShikhar/NNetnav scripts/convert_to_sft.py output; one
 record per step, the retroactively relabelled, reward-model-filtered demonstrations):
     messages[:-1] (system, user)     -> the turn's context; user content (objective, URL, a11y tree, previous
@@ -87,6 +97,7 @@ from jaxwebrl.data.records import Trajectory
 FORMATS: dict[str, tuple[Callable[[Iterable[Record]], list[Episode]], str]] = {
     "webrl": (webrl.episodes, "webagent_r1"),
     "webagent_r1": (webrl.episodes, "webagent_r1"),  # WebAgent-R1's BC set is WebRL's
+    "webrl_traces": (webrl.trace_episodes, "webagent_r1"),
     "nnetnav": (nnetnav.episodes, "webarena"),
     "browseragent": (browseragent.episodes, "webarena"),
     "openwebrl": (openwebrl.episodes, "openwebrl"),
