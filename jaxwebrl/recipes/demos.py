@@ -3,7 +3,10 @@
 Two steps, because the tokenizer is trained on what the demonstrations show:
 1. `collect_demonstrations` plays each (task, seed) in a real browser with a solver's plan, keeping the
    observations the agent would see and the action texts; only successful episodes are kept (the
-   environment's own reward filters them, as NNetNav's ORM filters explorations).
+   environment's own reward filters them, as NNetNav's ORM filters explorations). The plan is a list of
+   grammar-free `Step`s (envs/miniwob_solvers.py, envs/site_solutions.py), each written in the run's
+   action space against the live page (`demo_actions.write_step`) and wrapped in its prompt format
+   (`answer_text`), so each paper's BC policy speaks its own grammar.
 2. `render_demonstrations` turns them into `Trajectory` records with the agent's own context strategy and
    prompt format, so BC trains on exactly the prompts RL will later sample from.
 """
@@ -18,12 +21,14 @@ from transformers import PreTrainedTokenizerBase
 
 from jaxwebrl.agent.context import APPEND_ONLY, ContextInputs, StepRecord, get_strategy
 from jaxwebrl.agent.episode import AgentConfig
+from jaxwebrl.agent.prompts import extract_tag, get_format
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, Turn
+from jaxwebrl.recipes.demo_actions import Step, Written, resolve, write_step
 
-Solver = Callable[[str, str, Sequence[Any]], list[str]]  # (task name, goal, elements) -> action texts
+Solver = Callable[[str, str, Sequence[Any]], Sequence[Step | str]]  # (task name, goal, elements) -> plan
 
 
 @dataclasses.dataclass
@@ -33,25 +38,139 @@ class Demonstration:
     goal: str
     steps: list[StepRecord]
     success: bool
+    error: str | None = None  # why the plan could not be played (no solver, element missing, action failed)
 
 
-def answer_text(action: str, prompt_format: str) -> str:
-    """The response a policy in `prompt_format` writes for `action` (no reasoning: solvers have none)."""
+def answer_text(action: str, prompt_format: str, memory: str | None = None, conclusion: str | None = None) -> str:
+    """The response a policy in `prompt_format` writes for `action` (empty reasoning: solvers have none).
+
+    `action` is already in the format's action grammar (see `demo_actions.write_step`). WebGym's format
+    carries the notes the next turn will see in <memory>; BrowserAgent's an optional <conclusion>."""
     if prompt_format == "bid":
         return action
     if prompt_format == "webagent_r1":
         return f"<think></think><answer>{action}</answer>"
-    return f"<think></think>\n```{action}```"
+    if prompt_format == "openwebrl":
+        return f"<think></think>\n{action}"
+    if prompt_format == "webgym":
+        return f"<think></think>\n<memory>{memory or '(nothing yet)'}</memory>\n```{action}```"
+    if prompt_format == "browseragent":
+        note = f"<conclusion>{conclusion}</conclusion>\n" if conclusion else ""
+        return f"<think></think>\n{note}```{action}```"
+    raise ValueError(f"prompt format {prompt_format!r} has no demonstration writer")
+
+
+def _describe(step: Step, elements: Sequence[Any]) -> str:
+    """A grammar-free line for WebGym's memory: what this step did, by role and name (ids go stale)."""
+    if step.kind == "back":
+        return "went back"
+    if step.kind == "stop":
+        return f"answered {step.text!r}"
+    el = resolve(step, elements)
+    label = f"{el.role} {(el.name or el.text).strip()[:60]!r}"
+    if step.kind == "type":
+        return f"typed {step.text!r} into {label}" + (" and pressed Enter" if step.enter else "")
+    if step.kind == "select":
+        return f"chose {step.text!r} in {label}"
+    return f"clicked {label}"
+
+
+RETRIES = 3  # looks again at a page that has not caught up with the last action yet
+
+
+async def _refresh(env: Any, obs: Any) -> Any:
+    """A new observation after the page had time to start and finish a navigation. The env observes right
+    after an action; under load a navigation the action started may not have begun by then (a coordinate
+    click does not wait for it), and the observation still shows the old page. A demonstration must pair
+    each action with the page it acts on, so the driver waits and looks again before giving up."""
+    from jaxwebrl.browser.observation import observe
+
+    await asyncio.sleep(0.2)
+    await env.session.settle()
+    return await observe(env.session, env.config.obs, obs.goal)
+
+
+async def settled(env: Any) -> None:
+    """Let a navigation started by the last action finish before the evaluator reads the page."""
+    if env.session is not None and not env.done:
+        await asyncio.sleep(0.3)
+        await env.session.settle()
+
+
+async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: EnvConfig, prompt_format: str,
+                    ) -> tuple[list[StepRecord], str | None]:
+    """Play `plan` in `env` from observation `obs`, writing each step in the env's action grammar against
+    the live page and each response in `prompt_format`. Returns the step records and the first error (None
+    when every action executed). A plain string in `plan` is an action text already in the grammar."""
+    space = env_config.action_space
+    records: list[StepRecord] = []
+    feedback: str | None = None
+    notes: list[str] = []  # facts seen since the last action (-> <conclusion>)
+    memory: list[str] = []  # everything noted or done so far (-> <memory>)
+    for step in plan:
+        if isinstance(step, Step) and step.kind == "see":
+            for _ in range(RETRIES):
+                if step.text in obs.text:
+                    break
+                obs = await _refresh(env, obs)
+            if step.text not in obs.text:
+                return records, f"expected {step.text!r} on the page, not found"
+            notes.append(f"The page shows {step.text!r}.")
+            memory.append(f"seen {step.text!r}")
+            continue
+        for _ in range(4):  # a coordinate step may first scroll its target into view
+            viewport = obs.metadata.viewport if obs.metadata is not None else env_config.viewport
+            for attempt in range(RETRIES + 1):
+                try:
+                    written = Written([step]) if isinstance(step, str) else write_step(step, space, obs.elements, viewport)
+                    done_line = step if isinstance(step, str) else _describe(step, obs.elements)
+                    break
+                except LookupError as exc:
+                    if attempt == RETRIES:
+                        return records, str(exc)
+                    obs = await _refresh(env, obs)
+            for action in written.actions:
+                mem = "; ".join(memory + ([done_line] if written.complete else []))
+                conclusion = " ".join(notes) or None
+                notes = []
+                text = answer_text(action, prompt_format, memory=mem, conclusion=conclusion)
+                rec = StepRecord(observation=obs, feedback=feedback, action=action, response_text=text,
+                                 conclusion=extract_tag(text, "conclusion"), memory=extract_tag(text, "memory"))
+                records.append(rec)
+                res = await env.step(text)
+                if res.format_error or res.feedback.startswith("Failed") or res.termination_reason in ("env_error", "timeout"):
+                    return records, f"{action!r}: {res.feedback}"
+                feedback = res.feedback
+                if res.done:
+                    return records, None
+                # look again once the page settled: the env observes right after the action, and a navigation
+                # the action started may not have begun yet under load (the next step would act on the old page)
+                obs = await _refresh(env, res.observation)
+            if written.complete:
+                memory.append(done_line)
+                break
+        else:
+            return records, f"{step}: target still out of view after scrolling"
+    return records, None
 
 
 async def collect_demonstrations(
     pool: BrowserPool, env_config: EnvConfig, tasks: Sequence[Any], seeds: Sequence[int], solver: Solver,
     prompt_format: str = "bid", concurrency: int = 4, on_done: Callable[[], None] | None = None,
+    only_successful: bool = True,
 ) -> list[Demonstration]:
-    """Play every (task, seed) with the solver's plan; returns successful demonstrations only."""
+    """Play every (task, seed) with the solver's plan, written in `env_config.action_space` and wrapped in
+    `prompt_format`; returns the successful demonstrations (all of them, failures with their `error`, when
+    `only_successful` is False). The format must read the env's grammar: a demonstration in another grammar
+    would contradict the system prompt it is trained under."""
+    fmt_space = get_format(prompt_format).action_space
+    if fmt_space != env_config.action_space:
+        raise ValueError(f"prompt format {prompt_format!r} asks for {fmt_space!r} actions but the env's "
+                         f"action_space is {env_config.action_space!r}: set env.action_space={fmt_space!r} or pick "
+                         "the prompt format of that action space")
     sem = asyncio.Semaphore(concurrency)
 
-    async def one(task: Any, seed: int) -> Demonstration | None:
+    async def one(task: Any, seed: int) -> Demonstration:
         async with sem:
             env = await pool.new_env(env_config)
             try:
@@ -59,28 +178,20 @@ async def collect_demonstrations(
                 name = task.task_id.split(".", 1)[-1]
                 try:
                     plan = solver(name, obs.goal, obs.elements)
-                except (LookupError, AssertionError, KeyError):
-                    return None
-                steps, feedback = [], None
-                for action in plan:
-                    rec = StepRecord(observation=obs, feedback=feedback, action=action,
-                                     response_text=answer_text(action, prompt_format))
-                    steps.append(rec)
-                    res = await env.step(rec.response_text)
-                    if res.format_error or res.termination_reason in ("env_error", "timeout"):
-                        return None
-                    obs, feedback = res.observation, res.feedback
-                    if res.done:
-                        break
+                except (LookupError, KeyError) as exc:
+                    return Demonstration(task.task_id, seed, obs.goal, [], False, f"no plan: {exc}")
+                steps, error = await play_plan(env, obs, plan, env_config, prompt_format)
+                await settled(env)
                 ev = await env.evaluate()
-                return Demonstration(task.task_id, seed, steps[0].observation.goal, steps, bool(ev.success))
+                return Demonstration(task.task_id, seed, obs.goal, steps, bool(ev.success) and error is None and bool(steps),
+                                     error)
             finally:
                 await env.close()
                 if on_done is not None:
                     on_done()
 
     found = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
-    return [d for d in found if d is not None and d.success]
+    return [d for d in found if d.success or not only_successful]
 
 
 def demo_texts(demos: Sequence[Demonstration], agent: AgentConfig) -> list[str]:

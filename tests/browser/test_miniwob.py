@@ -1,5 +1,6 @@
-"""MiniWoB++ through the real pages: scripted correct bid actions succeed, wrong ones fail, seeds are
-reproducible, splits are disjoint, reused contexts start like fresh ones."""
+"""MiniWoB++ through the real pages: scripted correct bid actions succeed, wrong ones fail (seeds 1..10,
+including pages with a single candidate), seeds are reproducible, splits are disjoint, reused contexts start
+like fresh ones."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from envs import get_suite
 from envs.miniwob import MiniWoBSuite
-from envs.miniwob_solvers import SOLVABLE, plan, wrong_plan
+from envs.miniwob_solvers import SOLVABLE, plan_text
 from jaxwebrl.browser import BrowserPool, EnvConfig, PoolConfig
 
 pytestmark = pytest.mark.timeout(240)
@@ -18,7 +19,7 @@ CFG = EnvConfig(action_space="bid")
 
 async def run_plan(pool, suite, task: str, seed: int, wrong: bool) -> tuple[float, bool, str]:
     async with pool.episode(suite.get_task(f"miniwob.{task}"), seed, CFG) as (env, obs):
-        acts = (wrong_plan if wrong else plan)(task, obs.goal, obs.elements)
+        acts = plan_text(task, obs.goal, obs.elements, "bid", wrong=wrong)
         for a in acts:
             r = await env.step(a)
             assert not r.format_error, (task, a, r.feedback)
@@ -28,16 +29,31 @@ async def run_plan(pool, suite, task: str, seed: int, wrong: bool) -> tuple[floa
         return ev.reward, ev.success, env.termination_reason or ""
 
 
+SEEDS = tuple(range(1, 11))
+
+
 @pytest.mark.parametrize("task", SOLVABLE)
 def test_scripted_solutions(runner, pool, miniwob, task):
     async def go():
-        results = await asyncio.gather(*(run_plan(pool, miniwob, task, seed, wrong) for seed in (1, 2)
-                                         for wrong in (False, True)))
-        for (reward, success, reason), (seed, wrong) in zip(results, [(s, w) for s in (1, 2) for w in (False, True)]):
+        cases = [(s, w) for s in SEEDS for w in (False, True)]
+        results = await asyncio.gather(*(run_plan(pool, miniwob, task, seed, wrong) for seed, wrong in cases))
+        assert len(results) == 2 * len(SEEDS)
+        for (reward, success, reason), (seed, wrong) in zip(results, cases):
             if wrong:
                 assert not success, (task, seed, reward)
             else:
                 assert success and reward >= 1.0 and reason == "task_done", (task, seed, reward)
+
+    runner.run(go())
+
+
+def test_wrong_plans_exist_for_single_candidate_pages(runner, pool, miniwob):
+    """click-button seeds 3 and 5 (issue 27) show one button; click-link pages may show one link: the wrong
+    plan then clicks another element instead of raising LookupError, and the episode does not succeed."""
+    async def go():
+        results = await asyncio.gather(*(run_plan(pool, miniwob, t, s, True) for t in ("click-button", "click-link")
+                                         for s in (3, 5)))
+        assert len(results) == 4 and not any(success for _, success, _ in results), results
 
     runner.run(go())
 

@@ -11,7 +11,7 @@ from envs.evaluators import contents_match, string_match, url_match
 from envs.local_sites import load_task_specs
 from jaxwebrl.browser import EnvConfig
 from tests.browser.conftest import find_id
-from tests.browser.site_solutions import SOLUTIONS
+from envs.site_solutions import SOLUTIONS
 
 pytestmark = pytest.mark.timeout(300)
 CFG = EnvConfig(action_space="webarena")

@@ -1,6 +1,19 @@
-"""Scripted solutions for every local-site task, as semantic steps resolved against the live observation:
+"""Scripted solutions for every local-site task, as semantic steps resolved against the live page (element
+ids change with every navigation, so steps name their target by role and accessible name):
 ("click", role, name), ("type", role, name, text, enter), ("select", role, name, option), ("back",),
-("see", text) asserts the text is visible in the observation, ("stop", answer)."""
+("see", text) = the text must be visible on the page now (a check, and a fact the agent notes), ("stop", answer).
+
+`plan(task_id, goal, elements)` turns them into `jaxwebrl.recipes.demo_actions.Step`s, which
+`recipes.demos.collect_demonstrations` writes in the run's action grammar: local-site demonstrations for
+behaviour cloning in every paper's format.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from jaxwebrl.recipes.demo_actions import Step
+
 
 SOLUTIONS: dict[str, list[tuple]] = {
     "shop_001": [("type", "searchbox", "Search products", "Aurora", 1), ("click", "link", "Aurora Desk Lamp"),
@@ -61,3 +74,32 @@ SOLUTIONS: dict[str, list[tuple]] = {
     "wiki_015": [("click", "link", "Cities")],
     "wiki_016": [("click", "link", "Mount Sable"), ("see", "2,931 m"), ("stop", "2,931 m")],
 }
+
+
+def to_steps(raw: Sequence[tuple]) -> list[Step]:
+    """Tuples as above -> Steps; a "see" becomes a check step whose text is noted with the next action."""
+    out: list[Step] = []
+    for t in raw:
+        kind = t[0]
+        if kind == "click":
+            out.append(Step("click", role=t[1], name=t[2]))
+        elif kind == "type":
+            out.append(Step("type", role=t[1], name=t[2], text=t[3], enter=bool(t[4])))
+        elif kind == "select":
+            out.append(Step("select", role=t[1], name=t[2], text=t[3]))
+        elif kind == "back":
+            out.append(Step("back"))
+        elif kind == "see":
+            out.append(Step("see", text=t[1]))
+        elif kind == "stop":
+            out.append(Step("stop", text=t[1]))
+        else:
+            raise ValueError(f"unknown solution step {t!r}")
+    return out
+
+
+def plan(task_id: str, goal: str = "", elements: Sequence[Any] = ()) -> list[Step]:
+    """The scripted solution of local-site task `task_id` (the solver signature of `collect_demonstrations`)."""
+    if task_id not in SOLUTIONS:
+        raise KeyError(f"no scripted solution for local-site task {task_id!r}")
+    return to_steps(SOLUTIONS[task_id])
