@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from envs.http_logging import LoggingHTTPServer, LoggingRequestHandlerMixin
 from jaxwebrl.browser.session import BrowserSession
 from jaxwebrl.browser.task import EvalResult
 
@@ -40,10 +41,7 @@ def _in_test(name: str) -> bool:
     return int(hashlib.sha256(name.encode()).hexdigest(), 16) % 5 == 0
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: Any) -> None:
-        pass
-
+class _FileHandler(LoggingRequestHandlerMixin, http.server.SimpleHTTPRequestHandler):
     def end_headers(self) -> None:
         self.send_header("Cache-Control", "max-age=3600")
         super().end_headers()
@@ -53,9 +51,8 @@ class MiniWoBServer:
     """Static server for the MiniWoB++ html directory on a free loopback port."""
 
     def __init__(self, port: int = 0) -> None:
-        handler = functools.partial(_Quiet, directory=str(html_root()))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
-        self.httpd.daemon_threads = True
+        handler = functools.partial(_FileHandler, directory=str(html_root()))
+        self.httpd = LoggingHTTPServer(("127.0.0.1", port), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
