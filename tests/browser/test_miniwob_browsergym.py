@@ -28,7 +28,7 @@ from jaxwebrl.browser import EnvConfig
 pytestmark = pytest.mark.timeout(600)
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = REPO / "jaxwebrl" / "interop" / "browsergym_miniwob_runner.py"
-TASKS = ("click-button", "click-link", "enter-text", "login-user", "click-checkboxes")
+TASKS = ("click-button", "click-link", "enter-text", "click-checkboxes")
 SEEDS = (0, 1, 2, 3, 4)
 TEXT_JS = "() => document.body.innerText"
 
@@ -57,10 +57,6 @@ def actions_for(task: str, utterance: str, wrong: bool) -> list[list[str]]:
     if task == "enter-text":
         text = quoted(utterance)[0] + ("z" if wrong else "")
         return [["fill", "#tt", text], ["click", "#subbtn"]]
-    if task == "login-user":
-        user, password = quoted(utterance)
-        return [["fill", "#username", user], ["fill", "#password", password + ("z" if wrong else "")],
-                ["click", "#subbtn"]]
     if task == "click-checkboxes":
         listed = utterance.removeprefix("Select ").removesuffix(" and click Submit.")
         names = [] if listed == "nothing" else listed.split(", ")
