@@ -8,6 +8,10 @@
 # a Playwright browsers folder, <venv>/ms-playwright/chromium-<revision>/chrome-linux/chrome, linking to the
 # system Chromium; point PLAYWRIGHT_BROWSERS_PATH at it (jaxwebrl/interop/browsergym_miniwob_runner.py does).
 #
+# `--with-jaxwebrl` also installs browsergym-experiments (the harness AgentLab runs) and jaxwebrl's model /
+# engine dependencies (not playwright: BrowserGym's 1.44 stays), for jaxwebrl/interop/agentlab.py with
+# jaxwebrl on PYTHONPATH.
+#
 # Idempotent and fast on a second run: creates the venv only if missing and installs only if the
 # import check fails.
 #
@@ -20,6 +24,14 @@ VENV="${BROWSERGYM_VENV:-$REPO/.venv-browsergym}"
 BROWSERGYM_VERSION="${BROWSERGYM_VERSION:-0.14.3}"
 CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 CHECK="import browsergym.miniwob, browsergym.core, playwright.sync_api"
+PACKAGES=("browsergym-miniwob==$BROWSERGYM_VERSION")
+if [ "${1:-}" = "--with-jaxwebrl" ]; then
+    CHECK="$CHECK, browsergym.experiments, jax, flax, optax, transformers, tokenizers, safetensors, httpx, jinja2"
+    # jaxwebrl's runtime dependencies that its agent / engine code imports (pyproject.toml), minus playwright.
+    PACKAGES+=("browsergym-experiments==$BROWSERGYM_VERSION" "playwright==1.44.0" "jax>=0.10.2" "flax>=0.12.8"
+               "optax>=0.2.8" "transformers>=5.23" "tokenizers>=0.23" "safetensors>=0.8" "ml-dtypes>=0.6"
+               "httpx>=0.28" "ml-collections>=1.1" "absl-py>=2.1" "jinja2>=3.1")
+fi
 
 if [ ! -x "$CHROMIUM" ]; then
     echo "setup_browsergym_env: no Chromium at $CHROMIUM (apt-get install chromium, or set CHROMIUM=...)" >&2
@@ -66,8 +78,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
 
-echo "installing browsergym-miniwob==$BROWSERGYM_VERSION into $VENV"
-if ! "$VENV/bin/pip" install --quiet "browsergym-miniwob==$BROWSERGYM_VERSION"; then
+echo "installing ${PACKAGES[*]} into $VENV"
+if ! "$VENV/bin/pip" install --quiet "${PACKAGES[@]}"; then
     echo "setup_browsergym_env: pip install failed (see above)" >&2
     exit 4
 fi
