@@ -1,6 +1,11 @@
 """Run one BrowserGym MiniWoB++ episode through AgentLab's experiment loop with the jaxwebrl agent; print
 JSON. Runs in the BrowserGym venv (scripts/setup_browsergym_env.sh --with-jaxwebrl), jaxwebrl on
-PYTHONPATH. argv: checkpoint, MiniWoB++ url (.../miniwob/), task, seed, max_steps, exp_root."""
+PYTHONPATH. argv: checkpoint, MiniWoB++ url (.../miniwob/), task, seed, max_steps, exp_root, policy.
+
+policy `model`: JaxWebRLAgentArgs on the checkpoint (JaxEngine). policy `scripted`: the same agent class
+over a scripted Engine that reads the rendered prompt (decoded from its token ids) and answers with a click
+on the button the goal names, in our `bid` syntax, so the whole path prompt -> parse -> BrowserGym action
+-> reward is exercised with a known-good answer."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import json
 import os
 import sys
 
-checkpoint, miniwob_url, task, seed, max_steps, exp_root = sys.argv[1:7]
+checkpoint, miniwob_url, task, seed, max_steps, exp_root, policy = sys.argv[1:8]
 os.environ["MINIWOB_URL"] = miniwob_url
 os.environ.setdefault("PLAYWRIGHT_BROWSERS_PATH", os.path.join(sys.prefix, "ms-playwright"))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -27,9 +32,43 @@ def _count_words(text: str, model: str = "gpt-4") -> int:
 
 bg_loop.count_tokens = bg_utils.count_tokens = _count_words
 
-from jaxwebrl.interop.agentlab import JaxWebRLAgentArgs  # noqa: E402
+import dataclasses  # noqa: E402
+import re  # noqa: E402
 
-agent_args = JaxWebRLAgentArgs(checkpoint=checkpoint, max_new_tokens=16, max_context_tokens=4000)
+from jaxwebrl.engines.base import Generation  # noqa: E402
+from jaxwebrl.interop.agentlab import JaxWebRLAgent, JaxWebRLAgentArgs, _LoopThread  # noqa: E402
+from jaxwebrl.models import load_tokenizer  # noqa: E402
+
+class ScriptedEngine:
+    """Engine protocol; answers click('<bid>') for the button named in the goal found in the prompt."""
+
+    name = "scripted"
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.prompts = tokenizer, []
+
+    async def generate(self, prompt_ids, params, *, session_id=None) -> Generation:
+        prompt = self.tokenizer.decode(prompt_ids)
+        self.prompts.append(prompt)
+        target = re.search(r'Click on the "([^"]+)" button', prompt).group(1)
+        bid = re.search(r"\[(\d+)\] button '" + re.escape(target) + "'", prompt).group(1)
+        ids = self.tokenizer.encode(f"click('{bid}')", add_special_tokens=False)
+        return Generation(list(ids), [0.0] * len(ids), "stop", len(prompt_ids), 0, 0)
+
+    async def update_weights(self, weights, version) -> None: ...
+    async def health(self): return {}
+    async def close(self) -> None: ...
+
+
+@dataclasses.dataclass
+class ScriptedArgs(JaxWebRLAgentArgs):
+    def make_agent(self) -> JaxWebRLAgent:
+        tokenizer = load_tokenizer(self.checkpoint)
+        return JaxWebRLAgent(ScriptedEngine(tokenizer), tokenizer, self.agent_config(), _LoopThread())
+
+
+args_class = ScriptedArgs if policy == "scripted" else JaxWebRLAgentArgs
+agent_args = args_class(checkpoint=checkpoint, max_new_tokens=16, max_context_tokens=4000)
 exp = ExpArgs(agent_args=agent_args, env_args=EnvArgs(task_name=f"miniwob.{task}", task_seed=int(seed),
                                                       max_steps=int(max_steps), headless=True),
               enable_debug=False, save_screenshot=False)

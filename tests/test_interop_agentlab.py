@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def browsergym_python() -> str:
     return str(venv / "bin" / "python")
 
 
-def test_agentlab_loop_runs_a_miniwob_episode_with_the_jaxwebrl_agent(tmp_path):
+def run_driver(tmp_path: Path, policy: str) -> dict:
     python = browsergym_python()
     ckpt = tmp_path / "policy"
     make_tiny_checkpoint(ckpt, tiny_config("qwen3", vocab_size=512, max_position_embeddings=4096))
@@ -42,13 +43,30 @@ def test_agentlab_loop_runs_a_miniwob_episode_with_the_jaxwebrl_agent(tmp_path):
     try:
         proc = subprocess.run(
             [python, str(REPO / "tests" / "agentlab_episode_driver.py"), str(ckpt), f"{server.url}/miniwob/",
-             "click-button", "0", str(MAX_STEPS), str(tmp_path / "exp")],
+             "click-button", "0", str(MAX_STEPS), str(tmp_path / "exp"), policy],
             capture_output=True, text=True, timeout=500, cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"})
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_scripted_policy_through_the_agent_solves_the_task_in_browsergym(tmp_path):
+    """A scripted Engine (says so: it reads the prompt and clicks the named button) behind the same agent:
+    BrowserGym's AXTree bids reach the prompt, our parser's call reaches BrowserGym, the task is solved."""
+    out = run_driver(tmp_path, "scripted")
+    assert out["summary"]["err_msg"] is None, out["summary"]
+    first = out["steps"][0]
+    assert first["parse_error"] is None and first["parsed"] == [first["action"]]
+    assert re.fullmatch(r"click\('\d+', 'left'\)", first["action"]), first["action"]
+    assert out["summary"]["terminated"] and out["summary"]["cum_reward"] == 1.0, out["summary"]
+    assert out["summary"]["n_steps"] == 1
+
+
+def test_agentlab_loop_runs_a_miniwob_episode_with_the_jaxwebrl_agent(tmp_path):
+    """The tiny random checkpoint on JaxEngine: it does not solve anything, but every step is ours."""
+    out = run_driver(tmp_path, "model")
     for s in out["steps"]:
         print(s["step"], repr(s["action"]), s["prompt_tokens"], repr((s["response"] or "")[:40]), s["parse_error"])
     assert out["summary"]["err_msg"] is None, out["summary"]
