@@ -4,6 +4,9 @@
     task = suite.get_task(suite.task_ids("train")[0])      # a jaxwebrl.browser.task.Task
     async with pool.episode(task, seed=0) as (env, obs): ...
     suite.stop()
+
+MiniWoB++ takes `mode="jaxwebrl"` (default) or `mode="browsergym"` (browsergym-miniwob's seeding, page,
+viewport and success rule, for numbers comparable with BrowserGym/AgentLab); see envs/miniwob.py.
 """
 
 from __future__ import annotations

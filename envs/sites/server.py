@@ -6,15 +6,19 @@ browser contexts (own cookie jars) never see each other's carts, orders or posts
 from __future__ import annotations
 
 import html
+import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
+from envs.http_logging import LoggingHTTPServer, LoggingRequestHandlerMixin
+
 STATIC = Path(__file__).with_name("static")
+logger = logging.getLogger("envs.http")
 
 
 @dataclass
@@ -68,11 +72,8 @@ class SiteServer:
         self.lock = threading.Lock()
         outer = self
 
-        class _H(BaseHTTPRequestHandler):
+        class _H(LoggingRequestHandlerMixin, BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
 
             def _serve(self, method: str) -> None:
                 parts = urlsplit(self.path)
@@ -97,6 +98,7 @@ class SiteServer:
                 try:
                     resp = outer.handler(Request(method, parts.path, query, form, state))
                 except Exception as exc:  # a bug in a site must show as a page, not kill the server thread
+                    logger.error("site handler failed on %s %s", method, parts.path, exc_info=exc)
                     resp = Response(f"<h1>500</h1><pre>{esc(exc)}</pre>", 500)
                 body = resp.body.encode()
                 self.send_response(resp.status)
@@ -132,8 +134,7 @@ class SiteServer:
             def do_POST(self) -> None:
                 self._serve("POST")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _H)
-        self.httpd.daemon_threads = True
+        self.httpd = LoggingHTTPServer(("127.0.0.1", port), _H)
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
