@@ -40,9 +40,8 @@ from jaxwebrl.train.loop import Round
 
 
 def make_suite(run: Any) -> Any:
-    """The run's task suite, started (`tasks.train` limits it to those tasks)."""
-    kwargs = {"tasks": run.tasks.train_names} if run.tasks.train else {}
-    return get_suite(run.tasks.suite, **kwargs).start()
+    """The run's task suite, started (`tasks.train` limits it to those tasks, `tasks.suite_mode` picks a variant)."""
+    return get_suite(run.tasks.suite, **run.tasks.suite_kwargs()).start()
 
 
 def split_tasks(suite: Any, run: Any) -> tuple[list[Any], list[int], list[Any], list[int]]:

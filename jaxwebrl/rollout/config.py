@@ -71,6 +71,9 @@ class TasksConfig:
     train_seeds: int = 1000  # task instances to draw training episodes from
     eval_seeds: int = 10  # held-out instances per evaluation task
     difficulty_ratio: str = ""  # e.g. 'easy:2,medium:5,hard:3' (WebGym); '' = uniform over tasks
+    # A suite's variant, passed as its `mode` ('' = the suite's default). MiniWoB++: 'jaxwebrl' (ours) or
+    # 'browsergym' (browsergym-miniwob's seeding, page without the goal text, 332x214 viewport, success rule).
+    suite_mode: str = ""
 
     def __post_init__(self) -> None:
         from jaxwebrl.rollout.suites import suite_names
@@ -79,6 +82,13 @@ class TasksConfig:
         at_least("train_seeds", self.train_seeds, 1)
         at_least("eval_seeds", self.eval_seeds, 1)
         self.ratio()
+
+    def suite_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for the suite's constructor."""
+        out: dict[str, object] = {"tasks": self.train_names} if self.train else {}
+        if self.suite_mode:
+            out["mode"] = self.suite_mode
+        return out
 
     @property
     def train_names(self) -> list[str]:
