@@ -99,6 +99,7 @@ def get_config():
     c.rl.eval_every = 0
     c.report.enabled = True
     c.report.eval_seeds = 20  # 240 held-out episodes per policy (12 tasks)
+    c.viewer.max_episodes = 1000  # all 720 evaluated episodes and the sampled rollouts (~2 KB each)
     c.checkpoint.every = 0
     c.checkpoint.keep = 2
 

@@ -21,6 +21,7 @@ into a `RunConfig` of frozen dataclasses, one per section, each defined next to 
 | rollout    | RolloutConfig      | jaxwebrl.rollout.config        |
 | engine     | EngineConfig       | jaxwebrl.engines.config        |
 | reward, rl, bc, report | RewardConfig, RLConfig, BCConfig, ReportConfig | jaxwebrl.recipes.config |
+| viewer     | ViewerConfig       | jaxwebrl.viewer.config         |
 
 Each section checks its own fields (choices come from its package's registries); this module adds the
 section's path to the message, rejects unknown fields with "did you mean", and checks what spans sections
@@ -53,6 +54,7 @@ from jaxwebrl.train.config import TrainConfig
 from jaxwebrl.train.losses import LossConfig
 from jaxwebrl.train.metrics import HardwareConfig, LogConfig
 from jaxwebrl.train.optim import OptimConfig
+from jaxwebrl.viewer.config import ViewerConfig
 
 __all__ = ["ConfigError", "RunConfig", "SECTIONS", "apply_quick", "command_line_fields", "default_config",
            "parse_config", "validate_config", "with_changes"]
@@ -62,6 +64,7 @@ SECTIONS: dict[str, type] = {
     "optim": OptimConfig, "checkpoint": CheckpointConfig, "log": LogConfig, "hardware": HardwareConfig,
     "tasks": TasksConfig, "env": BrowserConfig, "agent": AgentConfig, "rollout": RolloutConfig,
     "engine": EngineConfig, "reward": RewardConfig, "rl": RLConfig, "bc": BCConfig, "report": ReportConfig,
+    "viewer": ViewerConfig,
 }
 TOP_LEVEL = {"recipe": "sft", "seed": 0, "workdir": "runs/default", "multihost": False, "quick": False}
 
@@ -93,6 +96,7 @@ class RunConfig:
     rl: RLConfig
     bc: BCConfig
     report: ReportConfig
+    viewer: ViewerConfig
 
     @property
     def checkpoint_dir(self) -> str:

@@ -1,5 +1,5 @@
 """The papers' released data formats -> Trajectory records -> the SFT pipeline. Each test writes a small
-hand-made file in the source's schema (see jaxwebrl/data/importers/__init__.py for where each schema comes
+hand-made file in the source's schema (see jaxwebrl/importers/__init__.py for where each schema comes
 from), imports it with a real tokenizer, loads the records through `trajectory_files_dataset` and checks the
 loss falls exactly on the response (action) tokens; bad files fail naming the file, the line and the field."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxwebrl.data.importers import FORMATS, FormatError, import_file
+from jaxwebrl.importers import FORMATS, FormatError, import_file
 from jaxwebrl.data.pipeline import trajectory_files_dataset
 from jaxwebrl.data.records import read_jsonl, write_jsonl
 from jaxwebrl.data.samples import build_samples
@@ -205,7 +205,7 @@ def test_wrong_schema_names_file_line_and_field(tmp_path, tokenizer, fmt, field,
 def test_cli_writes_our_jsonl(tmp_path, tokenizer, capsys):
     src = write(tmp_path / "train.jsonl", NNETNAV)
     out = tmp_path / "out" / "nnetnav.jsonl"
-    run = subprocess.run([sys.executable, "-m", "jaxwebrl.data.importers", "nnetnav", str(src), str(out),
+    run = subprocess.run([sys.executable, "-m", "jaxwebrl.importers", "nnetnav", str(src), str(out),
                           "--tokenizer", tokenizer.save_dir], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
@@ -213,7 +213,7 @@ def test_cli_writes_our_jsonl(tmp_path, tokenizer, capsys):
     assert len(list(read_jsonl(out))) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "x"}) + "\n")
-    from jaxwebrl.data.importers.__main__ import main  # the same entry point, in process (a second start costs ~15 s)
+    from jaxwebrl.importers.__main__ import main  # the same entry point, in process (a second start costs ~15 s)
 
     assert main(["nnetnav", str(bad), str(out), "--tokenizer", tokenizer.save_dir]) == 2
     assert f"{bad}:1: missing field 'messages'" in capsys.readouterr().err

@@ -70,6 +70,12 @@ def test_quick_main_job_end_to_end(quick_run):
     # TensorBoard event files for both training stages
     for logs in ("bc/logs", "rl/logs"):
         assert any(f.startswith("events.out.tfevents") for f in os.listdir(work / logs)), logs
+    # the trajectory viewer: every evaluated episode and the sampled rollouts, linked from the report
+    assert "[viewer.html](viewer.html)" in report
+    html = (work / "viewer.html").read_text()
+    n_eval = sum(r["episodes"] for r in summary["eval"].values())
+    n_rollouts = len((work / "viewer_episodes.jsonl").read_text().splitlines())
+    assert n_rollouts > 0 and html.count('"key":') == n_eval + n_rollouts
 
 
 def test_one_mgrpo_iteration_updates_policy_and_engine(quick_run):

@@ -13,6 +13,7 @@ on held-out seeds runs every `rl.eval_every` iterations; every iteration appends
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import dataclasses
@@ -37,6 +38,9 @@ from jaxwebrl.rollout.collector import Collector, Group
 from jaxwebrl.rollout.suites import get_suite
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
 from jaxwebrl.train.loop import Round
+from jaxwebrl.viewer import ViewerLog, episodes_from_trajectories, write_viewer
+
+VIEWER_LOG = "viewer_episodes.jsonl"  # in the workdir: the rollouts and evaluations the viewer shows
 
 
 def make_suite(run: Any) -> Any:
@@ -122,6 +126,7 @@ class OnlineRL:
         self.demos = demonstrations_to_replay(run)
         self.history_file = Path(history_file) if history_file else None
         self.history: list[dict[str, Any]] = []
+        self.viewer_log = ViewerLog(os.path.join(run.workdir, VIEWER_LOG))
         self._stack = contextlib.AsyncExitStack()
         self._pending: dict[str, Any] = {}
 
@@ -181,7 +186,10 @@ class OnlineRL:
             self.sampler, num_groups=run.rollout.groups_per_iteration, accept=accept,
             max_groups=run.rollout.max_groups_per_iteration or None, agent_for=self._agent_for(it))
         t_rollout = time.perf_counter() - t0
-        samples = run_samples(run, [t for g in groups for t in g.trajectories], reward_source=run.reward.source)
+        trajs = [t for g in groups for t in g.trajectories]
+        samples = run_samples(run, trajs, reward_source=run.reward.source)
+        await asyncio.to_thread(self.viewer_log.add_trajectories, trajs, f"{run.recipe} rollout", it,
+                                run.viewer.rollouts_per_iteration, seed=run.seed + it, max_chars=run.viewer.max_chars)
         if self.replay is not None:
             self.replay.add_iteration(samples)
             samples = self.replay.draw(max(len(samples), run.rollout.replay_samples))
@@ -211,7 +219,13 @@ class OnlineRL:
             report = await self.evaluate()
             record["eval"] = report.to_dict()
             metrics["eval/success_rate"] = report.success_rate
+            await asyncio.to_thread(self.viewer_log.add, episodes_from_trajectories(
+                report.trajectories, "greedy eval", it, max_chars=self.run.viewer.max_chars))
         self.history.append(record)
         if self.history_file is not None:
             with self.history_file.open("a") as f:
                 f.write(json.dumps(record) + "\n")
+        v = self.run.viewer
+        await asyncio.to_thread(write_viewer, os.path.join(self.run.workdir, "viewer.html"), self.viewer_log.read(),
+                                title=f"{self.run.recipe}: trajectories", max_episodes=v.max_episodes,
+                                max_screenshots=v.max_screenshots)

@@ -175,6 +175,21 @@ def demonstration_subsets(demo_file: Path, reports: Mapping[str, EvalReport]) ->
     return {"tasks with demonstrations": evaluated & demonstrated, "tasks without demonstrations": evaluated - demonstrated}
 
 
+def write_run_viewer(run: Any, work: Path, reports: Mapping[str, EvalReport]) -> str:
+    """viewer.html beside report.md: every evaluated episode and the rollouts the RL loop kept; returns the
+    report's paragraph that links it."""
+    from jaxwebrl.viewer import ViewerLog, episodes_from_reports, write_viewer
+
+    v = run.viewer
+    episodes = ViewerLog(work / "viewer_episodes.jsonl").read() + episodes_from_reports(reports, max_chars=v.max_chars)
+    write_viewer(work / "viewer.html", episodes, title=f"{run.recipe} run: trajectories", max_episodes=v.max_episodes,
+                 max_screenshots=v.max_screenshots)
+    return (f"[viewer.html](viewer.html): every evaluated episode of {', '.join(reports)} and up to "
+            f"{v.rollouts_per_iteration} training rollouts per RL iteration, step by step: the observation as the "
+            "prompt showed it, the model's output, the parsed action, the feedback, the element hit, the logprobs. "
+            "One self-contained file: open it in a browser, no server needed.")
+
+
 def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], history: Sequence[Mapping[str, Any]],
                      seconds: Mapping[str, float], final_policy: str, demo_file: Path | None) -> Path:
     """The main job's report.md: the tables and plots of `write_report` plus what was run, how long each stage
@@ -202,6 +217,7 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
         sections["Policies"] += (" Tasks without demonstrations: "
                                  f"{', '.join(sorted(subsets['tasks without demonstrations']))}; BC meets them "
                                  "first here and RL learns them from reward alone.")
+    sections["Trajectories"] = write_run_viewer(run, work, reports)
     path = write_report(work, reports, history, sections, subsets=subsets)
     print(success_table(reports))
     print(paired_table(reports, subsets))

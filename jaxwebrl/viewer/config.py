@@ -10,16 +10,17 @@ from jaxwebrl.viewer.page import MAX_EPISODES, MAX_SCREENSHOTS
 
 @dataclasses.dataclass(frozen=True)
 class ViewerConfig:
-    """`rollouts_per_iteration`: training episodes kept per RL iteration (spread over task and success; 0 =
-    none). `max_episodes` / `max_screenshots`: caps of one page. `max_chars`: cap of each text field.
-    `full_prompt`: also keep each step's whole decoded prompt (larger page; the observation as the prompt
-    showed it is always kept)."""
+    """The run config's `viewer` section. `rollouts_per_iteration`: training episodes kept per RL iteration
+    (spread over task and success; 0 = none). `max_episodes` / `max_screenshots`: caps of one page.
+    `max_chars`: cap of each text field."""
 
     rollouts_per_iteration: int = 8
     max_episodes: int = MAX_EPISODES
     max_screenshots: int = MAX_SCREENSHOTS
     max_chars: int = MAX_CHARS
-    full_prompt: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         for name in ("rollouts_per_iteration", "max_episodes", "max_screenshots"):

@@ -1,7 +1,7 @@
 """Importers: the web-agent papers' released training data -> our `Trajectory` records (JSONL), tokenised for
 a given model so the SFT pipeline (`data.pipeline.trajectory_files_dataset`) trains on it directly.
 
-    python -m jaxwebrl.data.importers FORMAT IN OUT --tokenizer DIR
+    python -m jaxwebrl.importers FORMAT IN OUT --tokenizer DIR
     trajs = import_file("nnetnav", "train.jsonl", tokenizer)
 
 Nothing is downloaded: point IN at your local copy (.jsonl, one record per line, or .json, an array).
@@ -89,8 +89,8 @@ from typing import Any, Callable, Iterable
 
 from transformers import PreTrainedTokenizerBase
 
-from jaxwebrl.data.importers import browseragent, nnetnav, openwebrl, webrl
-from jaxwebrl.data.importers.common import Episode, FormatError, Record, read_records, tokenize
+from jaxwebrl.importers import browseragent, nnetnav, openwebrl, webrl
+from jaxwebrl.importers.common import Episode, FormatError, Record, read_records, tokenize
 from jaxwebrl.data.records import Trajectory
 
 # format -> (records -> episodes, the action grammar its responses are written in)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from jaxwebrl.data.importers.common import Episode, ImportedTurn, Record
+from jaxwebrl.importers.common import Episode, ImportedTurn, Record
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
          "observation": "user", "function_call": "assistant"}

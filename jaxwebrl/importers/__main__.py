@@ -1,4 +1,4 @@
-"""`python -m jaxwebrl.data.importers FORMAT IN OUT --tokenizer DIR`: a paper's released data -> our JSONL."""
+"""`python -m jaxwebrl.importers FORMAT IN OUT --tokenizer DIR`: a paper's released data -> our JSONL."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 
-from jaxwebrl.data.importers import FORMATS, FormatError, import_file, summary
+from jaxwebrl.importers import FORMATS, FormatError, import_file, summary
 from jaxwebrl.data.records import write_jsonl
 from jaxwebrl.models.tokenizer import load_tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jaxwebrl.data.importers", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m jaxwebrl.importers", description=__doc__)
     ap.add_argument("format", choices=sorted(FORMATS))
     ap.add_argument("input", help="local copy of the released file (.jsonl or .json)")
     ap.add_argument("output", help="Trajectory JSONL to write (the SFT pipeline's data.train_files)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from jaxwebrl.data.importers.common import Episode, ImportedTurn, Record
+from jaxwebrl.importers.common import Episode, ImportedTurn, Record
 
 
 def episodes(records: Iterable[Record]) -> list[Episode]:

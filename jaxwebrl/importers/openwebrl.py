@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any, Iterable
 
-from jaxwebrl.data.importers.common import Episode, ImportedTurn, Record
+from jaxwebrl.importers.common import Episode, ImportedTurn, Record
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"
 SCREENSHOT = "[screenshot]"

@@ -10,7 +10,7 @@ import hashlib
 import re
 from typing import Iterable
 
-from jaxwebrl.data.importers.common import Episode, ImportedTurn, Record
+from jaxwebrl.importers.common import Episode, ImportedTurn, Record
 
 _OBJECTIVE = re.compile(r"Objective:\s*(.*?)\n", re.S)
 _ACTION = re.compile(r"```(.*?)```", re.S)
