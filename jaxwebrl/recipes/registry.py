@@ -84,11 +84,16 @@ def assign_rewards(recipe: Recipe, trajectories: Sequence[Trajectory], source: s
 
 def accept_group(recipe: Recipe, trajectories: Sequence[Trajectory], *, dynamic_sampling: bool,
                  reward_source: str = "rule") -> bool:
-    """Dynamic sampling: keep a finished group only when its rewards differ (else it teaches GRPO nothing)."""
+    """Dynamic sampling: keep a finished group only when its rewards differ (else it teaches GRPO nothing),
+    judged after the recipe's filters, so a member that will not train (e.g. masked by an infrastructure
+    failure) does not count as variance."""
     if not dynamic_sampling:
         return True
     assign_rewards(recipe, trajectories, reward_source)
-    return has_reward_variance(trajectories)
+    kept = list(trajectories)
+    for name in recipe.filters:
+        kept = TRAJECTORY_FILTERS[name](kept, group_size=len(trajectories))
+    return has_reward_variance(kept)
 
 
 def rollout_samples(recipe: Recipe, trajectories: Sequence[Trajectory], *, per: str, norm: str, max_len: int,
