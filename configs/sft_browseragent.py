@@ -15,7 +15,12 @@ def get_config():
     c.model.remat = True
     c.data.kind = "sft"
     c.data.synthetic = False
+    # The released SFT set converted to our records: python -m jaxwebrl.importers browseragent IN OUT --tokenizer DIR
     c.data.train_files = "data/browseragent_sft.jsonl"
+    # The format the policy is trained to speak (as in configs/rft_browseragent.py).
+    c.env.action_space = "webarena"
+    c.agent.prompt_format = "browseragent"
+    c.agent.strategy = "current_plus_history"
     c.data.per = "turn"
     c.data.norm = "token_mean"
     c.train.steps = 2000  # ~2 epochs of the set; set from its size

@@ -140,3 +140,55 @@ def test_demonstrated_tasks_default_to_those_with_a_solver_and_bad_names_are_ref
     c.bc.tasks = "click-link"
     with pytest.raises(ValueError, match=r"'miniwob.click-link', which is not among the run's tasks \(tasks.train\)"):
         demonstrated_task_ids(parse_config(c), run_tasks)
+
+
+def test_each_section_names_its_own_bad_field(tmp_path):
+    """Sections check their own fields; the composed config adds the section's path to the message."""
+    cases = [
+        ("env", "remote_endpoints", "http://127.0.0.1:3000", r"config\.env\.remote_endpoints: 'http://127\.0\.0\.1:3000' is not a websocket url"),
+        ("rollout", "horizon_schedule", "first:15", r"config\.rollout\.horizon_schedule: .*non-integer iteration"),
+        ("tasks", "suite", "webshop", r"config\.tasks\.suite: 'webshop' is not allowed; use one of \(.*'miniwob'"),
+        ("engine", "weight_sync", "restart", r"config\.engine\.weight_sync: 'restart' needs engine\.launch=True"),
+        ("agent", "strategy", "everything", r"config\.agent: .*everything"),
+        ("loss", "kl_estimator", "k9", r"config\.loss: .*k9"),
+        ("train", "epochs", 0, r"config\.train\.epochs: 0 must be >= 1"),
+    ]
+    for section, field, value, message in cases:
+        c = _tiny(tmp_path)
+        if section == "engine":
+            c.engine.type = "sglang"
+        c[section][field] = value
+        with pytest.raises(ConfigError, match=message):
+            parse_config(c)
+
+
+def test_wrong_type_is_named(tmp_path):
+    c = _tiny(tmp_path)
+    c.train = {"seq_len": "long"}  # ml_collections keeps a field's type; a section given whole as a dict may not
+    with pytest.raises(ConfigError, match=r"config\.train\.seq_len: 'long' is a str, not a int"):
+        parse_config(c)
+
+
+def test_a_registered_recipe_is_a_choice_without_touching_the_config_code(tmp_path):
+    from jaxwebrl.recipes.registry import RECIPES, Recipe, register_recipe
+
+    c = _tiny(tmp_path)
+    c.recipe = "my_paper"
+    with pytest.raises(ConfigError, match=r"config\.recipe: 'my_paper' is not allowed"):
+        parse_config(c)
+    register_recipe(Recipe("my_paper", reward="success", filters=("drop_zero_variance",), advantage="group_norm",
+                           per="turn", norm="per_turn"))
+    try:
+        assert parse_config(c).recipe == "my_paper"
+    finally:
+        del RECIPES["my_paper"]
+
+
+def test_stage_changes_are_checked_again(tmp_path):
+    from jaxwebrl.fields import with_changes
+
+    run = parse_config(_tiny(tmp_path))
+    sft = with_changes(run, **{"loss.kind": "sft", "optim.lr": 2e-3, "workdir": "/tmp/x"})
+    assert (sft.loss.kind, sft.optim.lr, sft.workdir, run.loss.kind) == ("sft", 2e-3, "/tmp/x", run.loss.kind)
+    with pytest.raises(ConfigError, match=r"lr: -1\.0 must be > 0"):
+        with_changes(run, **{"optim.lr": -1.0})

@@ -90,7 +90,7 @@ def last_inner(text: str, open_: str, close: str) -> str | None:
 
 
 def line_starts(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
-    """`pattern.finditer(text)` for a `re.M` pattern of the form `^[^\\S\\n]*<literals>...` whose every
+    r"""`pattern.finditer(text)` for a `re.M` pattern of the form `^[^\S\n]*<literals>...` whose every
     quantifier stops at a newline and is followed by a disjoint class: each line is scanned a constant
     number of times (the `^\s*` under `re.M` it replaces crossed newlines and was quadratic)."""
     METER.add(len(text))
