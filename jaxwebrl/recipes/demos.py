@@ -24,6 +24,7 @@ from jaxwebrl.agent.episode import AgentConfig
 from jaxwebrl.agent.prompts import extract_tag, get_format
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.config import EnvConfig
+from jaxwebrl.browser.env import EnvError
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, Turn
 from jaxwebrl.recipes.demo_actions import Step, Written, resolve, write_step
@@ -174,7 +175,10 @@ async def collect_demonstrations(
         async with sem:
             env = await pool.new_env(env_config)
             try:
-                obs = await env.reset(task, seed)
+                try:
+                    obs = await env.reset(task, seed)
+                except EnvError as exc:  # the page did not load: no demonstration from this seed, the rest go on
+                    return Demonstration(task.task_id, seed, "", [], False, f"reset failed: {exc}")
                 name = task.task_id.split(".", 1)[-1]
                 try:
                     plan = solver(name, obs.goal, obs.elements)

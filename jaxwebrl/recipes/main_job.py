@@ -88,10 +88,15 @@ async def _collect_demonstrations(run: RunConfig) -> list[Any]:
         env_cfg, pool_cfg = run.browser_env(), run.env.pool_config()
         bar = tqdm(total=len(train_tasks) * len(seeds), desc="demonstrations", unit="ep", disable=not run.log.progress)
         async with BrowserPool(pool_cfg, env_cfg) as pool:
-            demos = await collect_demonstrations(pool, env_cfg, train_tasks, seeds, solvers.plan, run.agent.prompt_format,
-                                                 concurrency=pool_cfg.capacity, on_done=lambda: bar.update(1))
+            played = await collect_demonstrations(pool, env_cfg, train_tasks, seeds, solvers.plan, run.agent.prompt_format,
+                                                  concurrency=pool_cfg.capacity, on_done=lambda: bar.update(1),
+                                                  only_successful=False)
         bar.close()
-        return demos
+        failed = [d for d in played if d.error and d.error.startswith("reset failed")]
+        if failed:
+            log(f"{len(failed)} of {len(played)} demonstration episodes could not load their page (first: "
+                f"{failed[0].task_id} seed {failed[0].seed}: {failed[0].error[:200]}); they are left out")
+        return [d for d in played if d.success]
     finally:
         suite.stop()
 
