@@ -1,6 +1,6 @@
 """Forward+backward tokens/s of the Flax VL model (jitted) vs transformers on PyTorch, one image per sample.
 
-    python scripts/bench_vl_model.py [--arch qwen3_vl|qwen2_5_vl --batch 4 --steps 10 --image 210x160]
+    python scripts/bench_vl_model.py [--arch qwen3_vl|qwen2_5_vl --batch 4 --steps 10 --image 210x160 --threads=1]
 
 Same tiny random checkpoint on both sides (ours exported, transformers loads it), same processor outputs
 (the checkpoint's own image processor and placeholder expansion), fp32. Both compute the mean next-token
@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "--threads=1" in sys.argv:  # must precede the jax import: one intra-op thread for XLA as for torch
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                               "intra_op_parallelism_threads=1").strip()
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +39,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--image", default="210x160", help="HxW of each sample's image (MiniWoB screenshots: 210x160)")
+    ap.add_argument("--threads", type=int, choices=[1], default=None,
+                    help="--threads=1: one compute thread on both sides (fair on a loaded machine, where torch's "
+                         "default pool spin-waits); default: each library's own threading")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     h, w = (int(v) for v in args.image.split("x"))
 
     with tempfile.TemporaryDirectory() as d:
@@ -93,7 +102,7 @@ def main() -> None:
           f"{cfg.vision.hidden_size} x {cfg.vision.depth} blocks), params={n_params / 1e3:.0f}k fp32; batch "
           f"{args.batch} x 1 image {h}x{w} -> grid {inp['image_grid_thw'][0].tolist()}, {tokens_count} tokens "
           f"({int((inp['input_ids'] == cfg.image_token_id).sum())} image); CPU x{os.cpu_count()}, "
-          f"torch threads={torch.get_num_threads()}")
+          f"torch threads={torch.get_num_threads()}, XLA single-thread={bool(args.threads)}")
     print(f"loss check: jax {float(loss):.5f}  torch {torch_loss:.5f}")
     print(f"jaxwebrl (Flax, jit)      : {jax_time * 1e3:9.1f} ms/step  {jax_tps:9.1f} tokens/s")
     print(f"transformers (PyTorch CPU): {torch_time * 1e3:9.1f} ms/step  {torch_tps:9.1f} tokens/s")

@@ -9,7 +9,8 @@ shape-static: a bucketed patch count compiles once, padding patches belong to no
 
 Attention runs over all patches of the batch with a mask (same image, or same window for Qwen2.5-VL's
 windowed blocks), so Qwen2.5-VL's window attention needs no token permutation: masks replace the
-reordering transformers does, with the same result. Blocks are scanned (in runs between DeepStack taps).
+reordering transformers does, with the same result. Blocks are scanned in runs of one attention kind
+(full or windowed), split at the DeepStack taps.
 """
 
 from __future__ import annotations
@@ -247,23 +248,25 @@ def encode(
     window_mask = (win[:, None] == win[None, :]) & (win[None, :] != 0)
     is_full = np.array([v.family == "qwen3_vl" or i in v.fullatt_block_indexes for i in range(v.depth)])
 
-    def body(h: jax.Array, layer: tuple[Params, jax.Array]) -> tuple[jax.Array, None]:
-        p, full = layer
-        mask = jnp.where(full, full_mask, window_mask)
-        return _block(v, p, h, angles, mask), None
-
-    if remat:
-        body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]
-
     def run(h: jax.Array, start: int, end: int) -> jax.Array:
-        if end <= start:
-            return h
-        if scan_layers:
-            sliced = jax.tree.map(lambda a: a[start:end], params["blocks"])
-            h, _ = jax.lax.scan(body, h, (sliced, jnp.asarray(is_full[start:end])))
-            return h
-        for i in range(start, end):
-            h, _ = body(h, (jax.tree.map(lambda a: a[i], params["blocks"]), jnp.asarray(is_full[i])))
+        """Blocks start..end-1, scanned in runs of the same attention kind (full / windowed)."""
+        while start < end:
+            stop = start + 1
+            while stop < end and is_full[stop] == is_full[start]:
+                stop += 1
+            mask = full_mask if is_full[start] else window_mask
+
+            def body(x: jax.Array, p: Params, mask: jax.Array = mask) -> tuple[jax.Array, None]:
+                return _block(v, p, x, angles, mask), None
+
+            if remat:
+                body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]
+            if scan_layers:
+                h, _ = jax.lax.scan(body, h, jax.tree.map(lambda a: a[start:stop], params["blocks"]))
+            else:
+                for i in range(start, stop):
+                    h, _ = body(h, jax.tree.map(lambda a: a[i], params["blocks"]))
+            start = stop
         return h
 
     taps = sorted(v.deepstack_visual_indexes)
