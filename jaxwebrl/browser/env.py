@@ -213,8 +213,6 @@ class BrowserEnv:
                     self.answer = res.answer
                     self._end("answer")
                     break
-        if actions and session.pages:
-            await session.settle()  # a refused redirect commits its error page after the action returned
         for url in await session.blank_forbidden_pages():
             feedback.append(f"Failed: the page went to {url[:200]!r}, outside the allowed origins (or it could not "
                             "load); it was blocked and the tab now shows about:blank.")
