@@ -213,11 +213,9 @@ class BrowserEnv:
                     self.answer = res.answer
                     self._end("answer")
                     break
-        if actions and session.pages:
-            await session.settle()  # a refused redirect commits its error page after the action returned
         for url in await session.blank_forbidden_pages():
-            feedback.append(f"Failed: the page went to {url[:200]!r}, outside the allowed origins; it was blocked "
-                            "and the tab now shows about:blank.")
+            feedback.append(f"Failed: the page went to {url[:200]!r}, outside the allowed origins (or it could not "
+                            "load); it was blocked and the tab now shows about:blank.")
         if not self.done and await self.task.is_done(session):
             self._end("task_done")
         await session.ensure_page()

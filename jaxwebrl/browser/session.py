@@ -49,6 +49,8 @@ class BrowserSession:
         self.closed = False
         self.adopt_new_pages = True  # False while an evaluator opens its own scratch page
         self._nav_pending: set[Any] = set()  # in-flight document requests (navigation started, not loaded)
+        self.left_allowlist: list[str] = []  # urls tabs committed outside the allowlist (reported, then blanked)
+        self._blanking: set[asyncio.Future[Any]] = set()
         self.deadline = math.inf  # loop time by which the current step must end (set by the env per step)
         self.agent_wait_s = 0.0  # seconds the policy's own waits took in the current step
 
@@ -75,6 +77,7 @@ class BrowserSession:
         self.counter = IdCounter()
         self.last = None
         self.blocked.clear()  # in place: the route handler holds this list
+        self.left_allowlist.clear()
         self.active = 0
         self.adopt_new_pages = True
         self._nav_pending.clear()
@@ -90,6 +93,7 @@ class BrowserSession:
             return
         page.on("dialog", dismiss_dialog)
         page.on("close", self._on_close)
+        page.on("framenavigated", lambda frame, p=page: self._on_navigated(p, frame))
         page.on("download", lambda d: asyncio.ensure_future(_cancel(d)))
         self.pages.append(page)
 
@@ -170,21 +174,44 @@ class BrowserSession:
             raise PermissionError(self.allowlist.why_refused(url))
         await self.page.goto(url, wait_until="load")
 
+    def _on_navigated(self, page: Page, frame: Any) -> None:
+        """A tab committed a document outside the allowlist (a refused redirect or popup shows as a
+        chrome-error page, a data: page): send it to about:blank at once, whenever that happens."""
+        try:
+            if frame != page.main_frame or self.allowlist.allows(frame.url):
+                return
+        except Exception:
+            return
+        self.left_allowlist.append(frame.url)
+        self.blocked.append(frame.url)
+        task = asyncio.ensure_future(self._blank(page))
+        self._blanking.add(task)
+        task.add_done_callback(self._blanking.discard)
+
+    async def _blank(self, page: Page) -> None:
+        try:
+            await page.goto("about:blank")
+        except Exception:
+            try:
+                await page.close()
+            except Exception:
+                pass
+
     async def blank_forbidden_pages(self) -> list[str]:
-        """Tabs that ended on a url outside the allowlist (a refused redirect, a data: page) are sent to
-        about:blank before anything is observed; returns the urls they were on."""
-        out = []
+        """Tabs that ended on a url outside the allowlist (a refused redirect, a data: page, a blocked
+        popup's error page) are sent to about:blank before anything is observed; returns the urls they were
+        on since the last call."""
+        if self._blanking:
+            await asyncio.wait(set(self._blanking), timeout=self.config.action_timeout_s)
+        out, self.left_allowlist = self.left_allowlist, []
         for page in list(self.pages):
             url = page.url
             if self.allowlist.allows(url):
                 continue
             out.append(url)
             self.blocked.append(url)
-            try:
-                await page.goto("about:blank")
-            except Exception:
-                await page.close()
-        return out
+            await self._blank(page)
+        return list(dict.fromkeys(out))
 
     async def settle(self) -> None:
         """Let the page react before observing: a short pause, then wait out any navigation it started."""

@@ -273,6 +273,7 @@ def test_no_vector_reaches_a_forbidden_origin(runner, pool, hostile, space):
                 r = await env.step(_click(space, obs, label))
                 steps += 1
                 assert "LEAKED" not in r.observation.text, (name, r.feedback)
+                await env.session.blank_forbidden_pages()  # a popup may commit its error page after the step
                 assert all(env.session.allowlist.allows(p.url) for p in env.session.pages), env.session.tabs()
                 if name == "click_redirect":
                     assert "outside the allowed origins" in r.feedback, r.feedback
