@@ -238,6 +238,18 @@ def test_openwebrl_dead_server_and_timeout_are_judge_errors(tok: Any) -> None:
     assert v.error_kind == "engine_error" and "boom" in v.error_detail
 
 
+def test_judge_reused_across_event_loops(tok: Any) -> None:
+    be, engine = backend(tok, "Verdict: SUCCESS", delay=0.01)
+    judge = OpenWebRLJudge(be, JudgeOptions(concurrency=1))
+
+    async def three() -> list[Any]:
+        return list(await asyncio.gather(*(judge.judge(done_traj()) for _ in range(3))))
+
+    for _ in range(2):  # contention on the limit in two different loops
+        assert [v.reward for v in asyncio.run(three())] == [1.0] * 3
+    assert len(engine.prompts) == 6 and engine.max_in_flight == 1
+
+
 # ---- WebGym -------------------------------------------------------------------------------------
 
 
