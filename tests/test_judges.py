@@ -250,6 +250,19 @@ def test_judge_reused_across_event_loops(tok: Any) -> None:
     assert len(engine.prompts) == 6 and engine.max_in_flight == 1
 
 
+def test_chat_backend_on_a_closed_port_is_judge_error_unavailable(tok: Any) -> None:
+    from jaxwebrl.engines import OpenAIChatEngine
+    from jaxwebrl.engines.sglang_server import free_port
+    from jaxwebrl.judges import ChatBackend
+
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    judge = OpenWebRLJudge(ChatBackend(OpenAIChatEngine(url, retries=1, backoff=0.01, api_key_env=None), tokenizer=tok),
+                           JudgeOptions(retries=1, backoff_s=0.01))
+    verdict = asyncio.run(judge.judge(done_traj()))
+    assert verdict.error == "judge_error" and verdict.error_kind == "unavailable"
+    assert verdict.calls[0].attempts == 2 and "did not answer" in verdict.error_detail
+
+
 # ---- WebGym -------------------------------------------------------------------------------------
 
 
