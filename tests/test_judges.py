@@ -238,6 +238,31 @@ def test_openwebrl_dead_server_and_timeout_are_judge_errors(tok: Any) -> None:
     assert v.error_kind == "engine_error" and "boom" in v.error_detail
 
 
+def test_judge_reused_across_event_loops(tok: Any) -> None:
+    be, engine = backend(tok, "Verdict: SUCCESS", delay=0.01)
+    judge = OpenWebRLJudge(be, JudgeOptions(concurrency=1))
+
+    async def three() -> list[Any]:
+        return list(await asyncio.gather(*(judge.judge(done_traj()) for _ in range(3))))
+
+    for _ in range(2):  # contention on the limit in two different loops
+        assert [v.reward for v in asyncio.run(three())] == [1.0] * 3
+    assert len(engine.prompts) == 6 and engine.max_in_flight == 1
+
+
+def test_chat_backend_on_a_closed_port_is_judge_error_unavailable(tok: Any) -> None:
+    from jaxwebrl.engines import OpenAIChatEngine
+    from jaxwebrl.engines.sglang_server import free_port
+    from jaxwebrl.judges import ChatBackend
+
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    judge = OpenWebRLJudge(ChatBackend(OpenAIChatEngine(url, retries=1, backoff=0.01, api_key_env=None), tokenizer=tok),
+                           JudgeOptions(retries=1, backoff_s=0.01))
+    verdict = asyncio.run(judge.judge(done_traj()))
+    assert verdict.error == "judge_error" and verdict.error_kind == "unavailable"
+    assert verdict.calls[0].attempts == 2 and "did not answer" in verdict.error_detail
+
+
 # ---- WebGym -------------------------------------------------------------------------------------
 
 

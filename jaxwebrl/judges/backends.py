@@ -179,13 +179,16 @@ class CallRunner:
         self.backend = backend
         self.options = options
         self._sem: asyncio.Semaphore | None = None
+        self._sem_loop: asyncio.AbstractEventLoop | None = None
         self.in_flight = 0
         self.max_in_flight = 0
         self.calls = 0
 
     def _semaphore(self) -> asyncio.Semaphore:
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.options.concurrency)
+        # One semaphore per event loop: a judge reused across asyncio.run() calls gets a fresh one.
+        loop = asyncio.get_running_loop()
+        if self._sem is None or self._sem_loop is not loop:
+            self._sem, self._sem_loop = asyncio.Semaphore(self.options.concurrency), loop
         return self._sem
 
     async def call(self, purpose: str, messages: Sequence[ChatMessage], params: SamplingParams | None = None) -> JudgeCall:
