@@ -9,7 +9,7 @@ against the current observation:
 | click    | click [id]                    | do(action="Click", element="id")             | click('id')                      | click(x, y)                                           |
 | type     | type [id] [text] [0/1]        | do(action="Type"/"Search", argument, element)| fill('id', text) (+ press Enter) | click(x, y) + write(text) (+ press_keys Enter)        |
 | select   | click [id], press [ArrowDown/Up] x n, press [Enter] | do(action="Select Dropdown Option", ...) | select_option('id', opt) | click(x, y) + press_keys(ArrowDown/Up x n, Enter) |
-| focus    | click [id]                    | do(action="Click", element="id")             | focus('id') + click('id')        | click(x, y)                                           |
+| focus    | click [id]                    | do(action="Click", element="id")             | focus('id')                      | click(x, y)                                           |
 | back     | go_back                       | go_backward()                                | go_back()                        | go_back()                                             |
 | stop     | stop [answer]                 | exit(message="answer")                       | send_msg_to_user('answer')       | done(answer)                                          |
 | see      | (no action: the text must be on the page; it is noted with the next action)                                                  |
@@ -143,7 +143,7 @@ def write_step(step: Step, space: str, elements: Sequence[Element], viewport: tu
         if k == "click":
             return Written([f"click('{i}')"])
         if k == "focus":
-            return Written([f"focus('{i}')\nclick('{i}')"])
+            return Written([f"focus('{i}')"])
         if k == "type":
             return Written([f"fill('{i}', {step.text!r})" + (f"\npress('{i}', 'Enter')" if step.enter else "")])
         return Written([f"select_option('{i}', {step.text!r})"])

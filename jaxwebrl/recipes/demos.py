@@ -139,7 +139,8 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
                                  conclusion=extract_tag(text, "conclusion"), memory=extract_tag(text, "memory"))
                 records.append(rec)
                 res = await env.step(text)
-                if res.format_error or res.feedback.startswith("Failed") or res.termination_reason in ("env_error", "timeout"):
+                failed = any(line.startswith("Failed") for line in res.feedback.splitlines())  # one line per call
+                if res.format_error or failed or res.termination_reason in ("env_error", "timeout"):
                     return records, f"{action!r}: {res.feedback}"
                 feedback = res.feedback
                 if res.done:
