@@ -35,6 +35,37 @@ def browsergym_python() -> str:
     return str(venv / "bin" / "python")
 
 
+MAPPING_CHECK = """
+from browsergym.core.action.highlevel import HighLevelActionSet
+from jaxwebrl.browser.actions import get_action_space
+from jaxwebrl.interop.agentlab import ACTION_SUBSETS, NOT_IN_BROWSERGYM, to_browsergym
+from jaxwebrl.browser.actions.bid import SIGNATURES
+calls = ["click('12')", "dblclick('3')", "hover('3')", "fill('4', 'it''s')", "clear('4')", "focus('4')",
+         "press('4', 'Enter')", "select_option('5', 'Red')", "scroll(0, 200)", "keyboard_press('Enter')",
+         "keyboard_type('abc')", "goto('http://127.0.0.1/')", "go_back()", "go_forward()", "new_tab()",
+         "tab_focus(0)", "tab_close()", "noop(wait_ms=500)", "send_msg_to_user('42')"]
+covered = {c.split('(')[0] for c in calls} | set(NOT_IN_BROWSERGYM)
+assert covered == set(SIGNATURES), set(SIGNATURES) - covered
+action_set = HighLevelActionSet(subsets=ACTION_SUBSETS, strict=False, multiaction=False)
+space = get_action_space("bid")
+for call in calls:
+    (action,) = space.parse(call)
+    code = action_set.to_python_code(to_browsergym(action))  # raises if BrowserGym cannot parse it
+    assert action.name + "(" in code, (call, code)
+print(len(calls))
+"""
+
+
+def test_every_bid_call_maps_to_a_browsergym_action():
+    """Each call of our `bid` space (but check/uncheck, which BrowserGym lacks) becomes a call that
+    BrowserGym's own action parser accepts."""
+    python = browsergym_python()
+    proc = subprocess.run([python, "-c", MAPPING_CHECK], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "19"
+
+
 def run_driver(tmp_path: Path, policy: str) -> dict:
     python = browsergym_python()
     ckpt = tmp_path / "policy"

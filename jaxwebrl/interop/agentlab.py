@@ -44,8 +44,10 @@ from jaxwebrl.engines.base import Engine
 T = TypeVar("T")
 _SHARED: dict[tuple[str, str, str, int], tuple["_LoopThread", Engine, Any]] = {}  # one engine per process
 ENGINES = ("jax", "sglang")
-# BrowserGym's action subsets that cover every call of jaxwebrl's `bid` action space.
-ACTION_SUBSETS = ["chat", "tab", "nav", "bid", "infeas"]
+# BrowserGym's action subsets that cover jaxwebrl's `bid` action space (keyboard_* live in `coord`).
+ACTION_SUBSETS = ["chat", "tab", "nav", "bid", "infeas", "coord"]
+# `bid`-space calls BrowserGym 0.14 has no action for: answered with noop() and feedback naming click().
+NOT_IN_BROWSERGYM = {"check": "click", "uncheck": "click"}
 
 
 def to_browsergym(action: Action) -> str:
@@ -106,6 +108,10 @@ class JaxWebRLAgent(Agent):
                                                    session_id=self.session_id), self.cfg.generate_timeout_s)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         parsed = self.space.parse(text)
+        missing = [] if isinstance(parsed, ParseError) else [a.name for a in parsed if a.name in NOT_IN_BROWSERGYM]
+        if missing:
+            parsed = ParseError(f"{missing[0]}() is not an action here; use "
+                                f"{NOT_IN_BROWSERGYM[missing[0]]}('<id>') instead", text[:200])
         if isinstance(parsed, ParseError):
             action, self.feedback = "noop()", f"Invalid action: {parsed.message}"
             parsed_calls: list[str] = []
