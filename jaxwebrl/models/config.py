@@ -294,8 +294,6 @@ class ModelConfig:
         )
         if self.architecture in ("qwen2", "qwen3"):
             out["use_sliding_window"] = False
-        if self.architecture == "qwen3":
-            out["attention_bias"] = self.attention_bias
         for key in ("bos_token_id", "pad_token_id"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
