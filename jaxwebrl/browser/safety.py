@@ -11,9 +11,13 @@ holds even where routing cannot see (redirect hops, workers, preconnect) is egre
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from playwright.async_api import BrowserContext, Dialog, Route, WebSocketRoute
+from playwright.async_api import BrowserContext, Dialog, Route
+
+if TYPE_CHECKING:  # a type only: BrowserGym's venv imports this module with a Playwright that predates it
+    from playwright.async_api import WebSocketRoute
 
 LOCAL_DOCUMENT_SCHEMES = frozenset({"about", "data"})
 

@@ -213,6 +213,19 @@ class BrowserSession:
             await self._blank(page)
         return list(dict.fromkeys(out))
 
+    async def await_navigation_start(self, timeout_s: float = 0.5) -> bool:
+        """After an input that may navigate (a mouse click at a point), wait briefly for a navigation or a new
+        tab to begin: their events can arrive after the click returns, most of all on a loaded machine.
+        Returns at once when one begins; False when none did within `timeout_s`."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        url, tabs = self.page.url, len(self.pages)
+        while loop.time() < end:
+            if self._nav_pending or self.page.url != url or len(self.pages) != tabs:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
     async def settle(self) -> None:
         """Let the page react before observing: a short pause, then wait out any navigation it started."""
         if self.config.settle_s > 0:

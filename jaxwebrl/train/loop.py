@@ -58,7 +58,8 @@ async def fit(trainer: Any, source: Source, rounds: int, *, progress: bool = Tru
     """Run rounds `source.done(trainer)` .. `rounds - 1`; returns the last round's metrics.
 
     `save_every` / `export_every` (in rounds; 0 = off) add checkpoints / HF exports between rounds; a source
-    with `checkpoint_each_round` saves after every round, recording the rounds done in `trainer.run_meta`.
+    with `checkpoint_each_round` saves after every round, recording the rounds done as
+    `trainer.run_meta["rounds"]` (what its `done` reads back on resume).
     The final state is always saved."""
     start = source.done(trainer)
     bar = tqdm(range(start, rounds), initial=start, total=rounds, desc=source.name, disable=not progress)
@@ -75,7 +76,7 @@ async def fit(trainer: Any, source: Source, rounds: int, *, progress: bool = Tru
             trainer.log(metrics, prefix="")
         bar.set_postfix({k.split("/")[-1]: f"{v:.4g}" for k, v in metrics.items() if k in _SHOWN})
         if source.checkpoint_each_round:
-            trainer.run_meta[source.name] = i + 1
+            trainer.run_meta["rounds"] = i + 1
             trainer.save(force=True)
         elif save_every and (i + 1) % save_every == 0 and (i + 1) < rounds:
             trainer.save()

@@ -175,6 +175,7 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
             px, py = _to_px(session, a["x"], a["y"])
             target = await session.describe_at(px, py)
             await page.mouse.click(px, py, button=a["button"], click_count=2 if a["click_type"] == "double" else 1)
+            await session.await_navigation_start()  # mouse clicks do not wait for the navigation they start
             what = "'click'" if a["click_type"] == "single" else "'click' (double)"
             msg = f"Succeed: {what} on {_describe(target)} at ({a['x']:g}, {a['y']:g}) executed."
             return ExecResult(msg + await _nav_note(session, url, tabs))
