@@ -36,7 +36,7 @@ import dataclasses  # noqa: E402
 import re  # noqa: E402
 
 from jaxwebrl.engines.base import Generation  # noqa: E402
-from jaxwebrl.interop.agentlab import JaxWebRLAgent, JaxWebRLAgentArgs, _LoopThread  # noqa: E402
+from jaxwebrl.interop.agentlab import JaxWebRLAgent, JaxWebRLAgentArgs, LoopThread  # noqa: E402
 from jaxwebrl.models import load_tokenizer  # noqa: E402
 
 class ScriptedEngine:
@@ -64,7 +64,7 @@ class ScriptedEngine:
 class ScriptedArgs(JaxWebRLAgentArgs):
     def make_agent(self) -> JaxWebRLAgent:
         tokenizer = load_tokenizer(self.checkpoint)
-        return JaxWebRLAgent(ScriptedEngine(tokenizer), tokenizer, self.agent_config(), _LoopThread())
+        return JaxWebRLAgent(ScriptedEngine(tokenizer), tokenizer, self.agent_config(), LoopThread())
 
 
 args_class = ScriptedArgs if policy == "scripted" else JaxWebRLAgentArgs

@@ -42,7 +42,7 @@ from jaxwebrl.browser.observation import Observation
 from jaxwebrl.engines.base import Engine
 
 T = TypeVar("T")
-_SHARED: dict[tuple[str, str, str, int], tuple["_LoopThread", Engine, Any]] = {}  # one engine per process
+_SHARED: dict[tuple[str, str, str, int], tuple["LoopThread", Engine, Any]] = {}  # one engine per process
 ENGINES = ("jax", "sglang")
 # BrowserGym's action subsets that cover jaxwebrl's `bid` action space (keyboard_* live in `coord`).
 ACTION_SUBSETS = ["chat", "tab", "nav", "bid", "infeas", "coord"]
@@ -57,7 +57,7 @@ def to_browsergym(action: Action) -> str:
     return f"{action.name}({', '.join(repr(a) for a in args)})"
 
 
-class _LoopThread:
+class LoopThread:
     """One asyncio loop in a daemon thread: jaxwebrl engines are coroutines, BrowserGym agents are sync."""
 
     def __init__(self) -> None:
@@ -76,7 +76,7 @@ class _LoopThread:
 class JaxWebRLAgent(Agent):
     """BrowserGym agent over a jaxwebrl Engine; one instance plays one episode (AgentLab makes one per run)."""
 
-    def __init__(self, engine: Engine, tokenizer: Any, cfg: AgentConfig, runner: _LoopThread) -> None:
+    def __init__(self, engine: Engine, tokenizer: Any, cfg: AgentConfig, runner: LoopThread) -> None:
         cfg.validate()
         self.engine, self.tokenizer, self.cfg, self.runner = engine, tokenizer, cfg, runner
         self.fmt, self.build = cfg.prompt(), get_strategy(cfg.strategy)
@@ -180,7 +180,7 @@ class JaxWebRLAgentArgs(AbstractAgentArgs):
             from jaxwebrl.models import load_tokenizer
 
             tokenizer = load_tokenizer(self.checkpoint)
-            runner = _LoopThread()
+            runner = LoopThread()
             config = ({"type": "jax", "checkpoint": self.checkpoint, "max_len": self.jax_max_len, "num_slots": 1}
                       if self.engine == "jax" else
                       {"type": "sglang", "url": self.sglang_url, "checkpoint": self.checkpoint})

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
@@ -37,7 +37,7 @@ TOKENIZER_FILES = (
 # Each entry: our path -> (HF name with {i} for the layer, to_ours, to_hf). Matrices are transposed and
 # split into heads; layer tensors are stacked on axis 0.
 
-def _hf_layout(cfg: ModelConfig) -> dict[str, tuple[str, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]]:
+def hf_layout(cfg: ModelConfig) -> dict[str, tuple[str, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]]:
     D, H, K, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     ident = (lambda w: w, lambda w: w)
 
@@ -69,21 +69,23 @@ def _hf_layout(cfg: ModelConfig) -> dict[str, tuple[str, Callable[[np.ndarray], 
         "layers/k_norm": (pre + "self_attn.k_norm.weight", *ident),
         "lm_head": ("lm_head.weight", *transpose),
     }
-    present = set(_flat(param_specs(cfg)))
+    present = set(flat_params(param_specs(cfg)))
     return {k: v for k, v in layout.items() if k in present}
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested params dict as {"a/b/c": leaf} (the paths the HF layouts name)."""
     out: dict[str, Any] = {}
     for k, v in tree.items():
         if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}/"))
+            out.update(flat_params(v, f"{prefix}{k}/"))
         else:
             out[prefix + k] = v
     return out
 
 
-def _unflat(flat: dict[str, Any]) -> dict[str, Any]:
+def unflat_params(flat: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `flat_params`."""
     out: dict[str, Any] = {}
     for path, v in flat.items():
         node = out
@@ -97,7 +99,7 @@ def _unflat(flat: dict[str, Any]) -> dict[str, Any]:
 def hf_tensor_names(cfg: ModelConfig) -> list[str]:
     """Every HF tensor name this config expects, in a stable order."""
     names = []
-    for ours, (hf, _, _) in _hf_layout(cfg).items():
+    for ours, (hf, _, _) in hf_layout(cfg).items():
         if ours.startswith("layers/"):
             names += [hf.format(i=i) for i in range(cfg.num_layers)]
         else:
@@ -107,7 +109,7 @@ def hf_tensor_names(cfg: ModelConfig) -> list[str]:
 
 # ---- loading -------------------------------------------------------------------------------------
 
-class _TensorFiles:
+class TensorFiles:
     """Maps HF tensor names to the safetensors file holding them (single file or sharded with index)."""
 
     def __init__(self, path: Path):
@@ -192,8 +194,8 @@ def load_hf(
     """
     path = Path(path)
     cfg = ModelConfig.from_hf(read_hf_config(path), **config_overrides)
-    files = _TensorFiles(path)
-    layout = _hf_layout(cfg)
+    files = TensorFiles(path)
+    layout = hf_layout(cfg)
     expected = set(hf_tensor_names(cfg))
     if cfg.tie_word_embeddings:
         files.where.pop("lm_head.weight", None)  # some tied checkpoints still store a copy
@@ -204,8 +206,8 @@ def load_hf(
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor(s) {extra[:5]} not used by a {cfg.architecture} config; check config.json")
 
-    specs = _flat(param_specs(cfg))
-    axes = _flat(logical_axes(cfg))
+    specs = flat_params(param_specs(cfg))
+    axes = flat_params(logical_axes(cfg))
     dtype = jnp.dtype(cfg.param_dtype)
     out: dict[str, jax.Array] = {}
     for ours, (hf, to_ours, _) in layout.items():
@@ -224,18 +226,18 @@ def load_hf(
         )
         if mesh is not None:
             check_divisible(ours, spec.shape, sharding.spec, mesh)
-        out[ours] = _load_one(files, names, to_ours, is_layer, spec.shape, dtype, sharding)
-    return cfg, _unflat(out)
+        out[ours] = load_one(files, names, to_ours, is_layer, spec.shape, dtype, sharding)
+    return cfg, unflat_params(out)
 
 
 def to_hf_shape(ours_shape: tuple[int, ...], ours: str, cfg: ModelConfig) -> tuple[int, ...]:
     """The HF tensor shape that converts to one layer's slice of `ours`."""
     probe = np.zeros(ours_shape, np.int8)
-    return tuple(_hf_layout(cfg)[ours][2](probe).shape)
+    return tuple(hf_layout(cfg)[ours][2](probe).shape)
 
 
-def _load_one(
-    files: _TensorFiles,
+def load_one(
+    files: TensorFiles,
     names: list[str],
     to_ours: Callable[[np.ndarray], np.ndarray],
     is_layer: bool,
@@ -263,7 +265,7 @@ def _load_one(
 
 # ---- export --------------------------------------------------------------------------------------
 
-def _host_numpy(x: jax.Array) -> np.ndarray:
+def host_numpy(x: jax.Array) -> np.ndarray:
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         from jax.experimental import multihost_utils
 
@@ -274,9 +276,9 @@ def _host_numpy(x: jax.Array) -> np.ndarray:
 def iter_hf_tensors(cfg: ModelConfig, params: Params, dtype: str | None = None) -> Iterator[tuple[str, np.ndarray]]:
     """(HF name, host array) pairs, one layer slice at a time."""
     out_dtype = np.dtype(ml_dtypes.bfloat16) if (dtype or cfg.param_dtype) == "bfloat16" else np.dtype(dtype or cfg.param_dtype)
-    flat = _flat(params)
-    for ours, (hf, _, to_hf) in _hf_layout(cfg).items():
-        value = _host_numpy(flat[ours])
+    flat = flat_params(params)
+    for ours, (hf, _, to_hf) in hf_layout(cfg).items():
+        value = host_numpy(flat[ours])
         if ours.startswith("layers/"):
             for i in range(cfg.num_layers):
                 yield hf.format(i=i), np.ascontiguousarray(to_hf(value[i]).astype(out_dtype))

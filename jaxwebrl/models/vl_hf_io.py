@@ -23,7 +23,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from safetensors.numpy import save_file
 
-from jaxwebrl.models.hf_io import TOKENIZER_FILES, CheckpointError, _hf_layout, _host_numpy, _load_one, _TensorFiles
+from jaxwebrl.models.hf_io import (
+    TOKENIZER_FILES, CheckpointError, TensorFiles, flat_params, hf_layout, host_numpy, load_one, unflat_params,
+)
 from jaxwebrl.models.vl import Params, logical_axes, param_specs
 from jaxwebrl.models.vl_config import VLConfig
 from jaxwebrl.sharding import RULES, check_divisible, logical_to_spec
@@ -48,7 +50,7 @@ def _layout(cfg: VLConfig, text_prefix: str, vision_prefix: str) -> dict[str, tu
     ident: tuple[Convert, Convert] = (lambda w: w, lambda w: w)
     transpose: tuple[Convert, Convert] = (lambda w: w.T, lambda w: w.T)
     out: dict[str, tuple[str, Convert, Convert, int]] = {}
-    for ours, (hf, to_ours, to_hf) in _hf_layout(cfg.text).items():
+    for ours, (hf, to_ours, to_hf) in hf_layout(cfg.text).items():
         name = hf if hf.startswith("lm_head") else text_prefix + hf[len("model."):]
         out["text/" + ours] = (name, to_ours, to_hf, cfg.text.num_layers if ours.startswith("layers/") else 0)
     vp, L = vision_prefix, v.depth
@@ -90,27 +92,6 @@ def _layout(cfg: VLConfig, text_prefix: str, vision_prefix: str) -> dict[str, tu
     return out
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}/"))
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def _unflat(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for path, v in flat.items():
-        node = out
-        *parents, leaf = path.split("/")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = v
-    return out
-
-
 def _names(hf: str, count: int) -> list[str]:
     return [hf.format(i=i) for i in range(count)] if count else [hf]
 
@@ -136,7 +117,7 @@ def load_vl_hf(
     scan_layers). Missing, extra or mis-shaped tensors raise a CheckpointError naming the tensor."""
     path = Path(path)
     cfg = read_vl_config(path, **config_overrides)
-    files = _TensorFiles(path)
+    files = TensorFiles(path)
     if cfg.text.tie_word_embeddings:
         files.where.pop("lm_head.weight", None)
     present = set(files.where)
@@ -152,7 +133,7 @@ def load_vl_hf(
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor(s) {extra[:5]} not used by the {cfg.architecture} "
                               "config; check config.json (depth, deepstack_visual_indexes, layers)")
-    specs, axes = _flat(param_specs(cfg)), _flat(logical_axes(cfg))
+    specs, axes = flat_params(param_specs(cfg)), flat_params(logical_axes(cfg))
     dtype = jnp.dtype(cfg.param_dtype)
     out: dict[str, jax.Array] = {}
     for ours, (hf, to_ours, to_hf, count) in layout.items():
@@ -167,18 +148,18 @@ def load_vl_hf(
                     else jax.sharding.SingleDeviceSharding(jax.devices()[0]))
         if mesh is not None:
             check_divisible(ours, spec.shape, sharding.spec, mesh)
-        out[ours] = _load_one(files, names, to_ours, bool(count), spec.shape, dtype, sharding)
-    return cfg, _unflat(out)
+        out[ours] = load_one(files, names, to_ours, bool(count), spec.shape, dtype, sharding)
+    return cfg, unflat_params(out)
 
 
 def iter_vl_hf_tensors(cfg: VLConfig, params: Params, dtype: str | None = None) -> Iterator[tuple[str, np.ndarray]]:
     """(HF name, host array) pairs in export spelling, one layer slice at a time."""
     name = dtype or cfg.param_dtype
     out_dtype = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-    flat = _flat(params)
+    flat = flat_params(params)
     (tp, vp), _ = _prefixes(cfg)
     for ours, (hf, _, to_hf, count) in _layout(cfg, tp, vp).items():
-        value = _host_numpy(flat[ours])
+        value = host_numpy(flat[ours])
         for i, n in enumerate(_names(hf, count)):
             yield n, np.ascontiguousarray(to_hf(value[i] if count else value).astype(out_dtype))
 
