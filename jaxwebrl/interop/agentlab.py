@@ -176,14 +176,15 @@ class JaxWebRLAgentArgs(AbstractAgentArgs):
     def make_agent(self) -> JaxWebRLAgent:
         """A fresh agent per episode; the engine (model weights) is built once per process and reused."""
         if self._key() not in _SHARED:
+            from jaxwebrl.engines.config import EngineConfig
             from jaxwebrl.engines.factory import make_engine
             from jaxwebrl.models import load_tokenizer
 
             tokenizer = load_tokenizer(self.checkpoint)
             runner = LoopThread()
-            config = ({"type": "jax", "checkpoint": self.checkpoint, "max_len": self.jax_max_len, "num_slots": 1}
+            config = (EngineConfig(type="jax", checkpoint=self.checkpoint, max_len=self.jax_max_len, num_slots=1)
                       if self.engine == "jax" else
-                      {"type": "sglang", "url": self.sglang_url, "checkpoint": self.checkpoint})
+                      EngineConfig(type="sglang", url=self.sglang_url, checkpoint=self.checkpoint))
 
             async def build() -> Engine:  # engines bind to the loop they are created on
                 return make_engine(config, tokenizer=tokenizer)
