@@ -1,4 +1,4 @@
-"""Build a viewer from trajectory files: `python -m jaxwebrl.viewer runs/x/bc_demos.jsonl -o viewer.html`.
+"""Build a viewer from trajectory files: `python -m jaxwebrl.viewer runs/x/demonstrations.jsonl -o viewer.html`.
 
 Each file becomes one policy (its name, or `--policy` per file); .jsonl and .array_record are read."""
 
