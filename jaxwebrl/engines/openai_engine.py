@@ -13,14 +13,13 @@ stop / seed (top_k and stop_token_ids are sent as the SGLang extensions and igno
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
-import random
 from typing import Any, Sequence
 
 import httpx
 
+from jaxwebrl.engines.http_retry import request_with_retries
 from jaxwebrl.engines.base import EngineClosedError, EngineError, EngineUnavailableError, SamplingParams
 
 _RETRY_STATUS = {429, 502, 503, 504}
@@ -76,18 +75,9 @@ class OpenAIChatEngine:
 
     async def _request(self, method: str, path: str, json: Any | None = None) -> httpx.Response:
         """One call, retried with exponential backoff on connection errors, timeouts, 429 and 502-504."""
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * (1 + 0.1 * random.random()))
-            try:
-                resp = await self._http().request(method, path, json=json)
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if resp.status_code in _RETRY_STATUS:
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                continue
+        resp, last = await request_with_retries(lambda: self._http().request(method, path, json=json), self.retries,
+                                                self.backoff, _RETRY_STATUS)
+        if resp is not None:
             return resp
         raise EngineUnavailableError(
             f"OpenAI-compatible server {self.base_url} did not answer {method} {path} after {self.retries + 1} "

@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import random
 import shutil
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import httpx
 
+from jaxwebrl.engines.http_retry import request_with_retries
 from jaxwebrl.engines.base import (
     EngineClosedError,
     EngineError,
@@ -101,20 +101,13 @@ class SGLangEngine:
 
     async def _request(self, method: str, path: str, json: Any | None = None) -> httpx.Response:
         """One call with retries and exponential backoff on connection errors, timeouts and 502-504."""
-        last: str = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * (1 + 0.1 * random.random()))
-            if self._restarting is not None:  # a restart is under way: wait for it instead of failing
+        async def wait_for_restart() -> None:  # a restart is under way: wait for it instead of failing
+            if self._restarting is not None:
                 await asyncio.shield(self._restarting)
-            try:
-                resp = await self._http().request(method, path, json=json)
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if resp.status_code in _RETRY_STATUS:
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                continue
+
+        resp, last = await request_with_retries(lambda: self._http().request(method, path, json=json), self.retries,
+                                                self.backoff, _RETRY_STATUS, before_attempt=wait_for_restart)
+        if resp is not None:
             return resp
         raise EngineUnavailableError(
             f"SGLang server {self.url} did not answer {method} {path} after {self.retries + 1} attempts "

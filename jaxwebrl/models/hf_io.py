@@ -286,6 +286,40 @@ def iter_hf_tensors(cfg: ModelConfig, params: Params, dtype: str | None = None) 
             yield hf, np.ascontiguousarray(to_hf(value).astype(out_dtype))
 
 
+def write_safetensors(out: Path, tensors: Iterator[tuple[str, np.ndarray]], max_shard_bytes: int) -> bool:
+    """Write (name, array) pairs as model.safetensors, or as numbered shards with an index past
+    `max_shard_bytes`, replacing any weights already in `out`. Every process iterates (the arrays are gathered
+    collectively); only process 0 writes. Returns whether this process wrote."""
+    writer = jax.process_index() == 0
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name, arr in tensors:
+        if size and size + arr.nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = arr
+        size += arr.nbytes
+    if not writer:
+        return False
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in list(out.glob("model*.safetensors")) + list(out.glob("model.safetensors.index.json")):
+        stale.unlink()
+    meta = {"format": "pt"}
+    if len(shards) == 1:
+        save_file(shards[0], str(out / "model.safetensors"), metadata=meta)
+        return True
+    weight_map, total = {}, 0
+    for k, shard in enumerate(shards, 1):
+        fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(out / fname), metadata=meta)
+        for name, arr in shard.items():
+            weight_map[name] = fname
+            total += arr.nbytes
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return True
+
+
 def export_hf(
     cfg: ModelConfig,
     params: Params,
@@ -297,35 +331,8 @@ def export_hf(
 ) -> Path:
     """Write a HuggingFace model directory from params. Only process 0 writes (all take part in gathers)."""
     out = Path(out_dir)
-    writer = jax.process_index() == 0
-    if writer:
-        out.mkdir(parents=True, exist_ok=True)
-    shards: list[dict[str, np.ndarray]] = [{}]
-    size = 0
-    for name, arr in iter_hf_tensors(cfg, params, dtype):
-        if size and size + arr.nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = arr
-        size += arr.nbytes
-    if not writer:
+    if not write_safetensors(out, iter_hf_tensors(cfg, params, dtype), max_shard_bytes):
         return out
-    for stale in list(out.glob("model*.safetensors")) + list(out.glob("model.safetensors.index.json")):
-        stale.unlink()
-    meta = {"format": "pt"}
-    if len(shards) == 1:
-        save_file(shards[0], str(out / "model.safetensors"), metadata=meta)
-    else:
-        weight_map, total = {}, 0
-        for k, shard in enumerate(shards, 1):
-            fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(out / fname), metadata=meta)
-            for name, arr in shard.items():
-                weight_map[name] = fname
-                total += arr.nbytes
-        (out / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
-        )
     hf_cfg = cfg.to_hf()
     hf_cfg["torch_dtype"] = hf_cfg["dtype"] = dtype or cfg.param_dtype
     (out / "config.json").write_text(json.dumps(hf_cfg, indent=2))

@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
-from safetensors.numpy import save_file
 
 from jaxwebrl.models.hf_io import (
     TOKENIZER_FILES, CheckpointError, TensorFiles, flat_params, hf_layout, host_numpy, load_one, unflat_params,
+    write_safetensors,
 )
 from jaxwebrl.models.vl import Params, logical_axes, param_specs
 from jaxwebrl.models.vl_config import VLConfig
@@ -171,33 +171,8 @@ def export_vl_hf(
     """Write a HuggingFace VL model directory (config, safetensors, tokenizer and processor files from
     `processor_dir`). Only process 0 writes; all take part in gathering sharded params."""
     out = Path(out_dir)
-    writer = jax.process_index() == 0
-    shards: list[dict[str, np.ndarray]] = [{}]
-    size = 0
-    for name, arr in iter_vl_hf_tensors(cfg, params, dtype):
-        if size and size + arr.nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = arr
-        size += arr.nbytes
-    if not writer:
+    if not write_safetensors(out, iter_vl_hf_tensors(cfg, params, dtype), max_shard_bytes):
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in list(out.glob("model*.safetensors")) + list(out.glob("model.safetensors.index.json")):
-        stale.unlink()
-    meta = {"format": "pt"}
-    if len(shards) == 1:
-        save_file(shards[0], str(out / "model.safetensors"), metadata=meta)
-    else:
-        weight_map, total = {}, 0
-        for k, shard in enumerate(shards, 1):
-            fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(out / fname), metadata=meta)
-            for n, arr in shard.items():
-                weight_map[n] = fname
-                total += arr.nbytes
-        (out / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
     hf_cfg = cfg.to_hf()
     hf_cfg["dtype"] = dtype or cfg.param_dtype
     (out / "config.json").write_text(json.dumps(hf_cfg, indent=2))
