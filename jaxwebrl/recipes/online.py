@@ -128,7 +128,6 @@ class OnlineRL:
         self.history: list[dict[str, Any]] = []
         self.viewer_log = ViewerLog(os.path.join(run.workdir, VIEWER_LOG))
         self._stack = contextlib.AsyncExitStack()
-        self._pending: dict[str, Any] = {}
 
     async def __aenter__(self) -> "OnlineRL":
         run = self.run
