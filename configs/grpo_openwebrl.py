@@ -3,6 +3,7 @@ context, no 1/|tau| normalisation, asymmetric clip (0.2, 0.28), no KL, PPO epoch
 Adam(0.9, 0.98), weight decay 0.1, constant lr 1e-6, 256 turn samples per step."""
 
 from jaxwebrl.config import default_config
+from jaxwebrl.recipes.local import local_overrides, quick_overrides
 
 
 def get_config():
@@ -38,6 +39,7 @@ def get_config():
     c.tasks.suite = "local_sites"
     c.env.action_space = "openwebrl"
     c.env.text_mode = "axtree"
+    c.env.box_centres = True  # the text stand-in for the screenshot: coordinate tools need to know where to aim
     c.env.num_browsers = 10
     c.env.contexts_per_browser = 10
     c.env.step_timeout_s = 45.0
@@ -61,4 +63,9 @@ def get_config():
     c.engine.launch = True
     c.engine.weight_sync = "restart"
     c.rl.iterations = 200
+
+    # The local variant (--config.local=true): this recipe trained from scratch on MiniWoB++ on a laptop
+    # (jaxwebrl/recipes/local.py); the 15 -> 30 horizon curriculum becomes 4 -> 6 steps at iteration 3 (3 -> 5 at iteration 1 in the smoke run).
+    c.local_overrides = local_overrides("grpo_openwebrl", rollout=dict(horizon_schedule="0:4,3:6"))
+    c.quick_overrides = quick_overrides("grpo_openwebrl", rollout=dict(horizon_schedule="0:3,1:5"))
     return c

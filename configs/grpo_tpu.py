@@ -12,6 +12,7 @@ Dry run (any devices): XLA_FLAGS=--xla_force_host_platform_device_count=8 python
 """
 
 from jaxwebrl.config import default_config
+from jaxwebrl.recipes.local import local_overrides, quick_overrides
 
 QWEN25_3B = dict(
     architecture="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36,
@@ -83,4 +84,9 @@ def get_config():
     c.engine.weight_sync = "restart"
     c.rl.iterations = 1000
     c.rl.eval_every = 20
+
+    # The local variant (--config.local=true): this recipe trained from scratch on MiniWoB++ on a laptop
+    # (jaxwebrl/recipes/local.py); the paper's G=4, per-trajectory samples with compressed history.
+    c.local_overrides = local_overrides("grpo_tpu")
+    c.quick_overrides = quick_overrides("grpo_tpu")
     return c

@@ -2,6 +2,7 @@
 ratio, no KL, no baseline; per-step samples, sum over tokens and mean over trajectories; max grad norm 1."""
 
 from jaxwebrl.config import default_config
+from jaxwebrl.recipes.local import local_overrides, quick_overrides
 
 
 def get_config():
@@ -54,4 +55,12 @@ def get_config():
     c.engine.launch = True
     c.engine.weight_sync = "restart"
     c.rl.iterations = 100
+
+    # The local variant (--config.local=true): this recipe trained from scratch on MiniWoB++ on a laptop
+    # (jaxwebrl/recipes/local.py); per-difficulty horizons 10/20/30 become 3/5/8, 256 episodes per iteration
+    # 16, 1500 replayed samples 64.
+    c.local_overrides = local_overrides("reinforce_webgym",
+                                       rollout=dict(horizon_per_difficulty="easy:3,medium:5,hard:8", groups_per_iteration=16,
+                                                    max_concurrent_groups=8, replay_samples=64))
+    c.quick_overrides = quick_overrides("reinforce_webgym", rollout=dict(groups_per_iteration=8, replay_samples=16))
     return c

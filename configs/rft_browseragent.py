@@ -3,6 +3,7 @@
 (webarena grammar), context = question + current page + all previous actions + all <conclusion>s."""
 
 from jaxwebrl.config import default_config
+from jaxwebrl.recipes.local import local_overrides, quick_overrides
 
 
 def get_config():
@@ -40,4 +41,9 @@ def get_config():
     c.engine.launch = True
     c.engine.weight_sync = "restart"
     c.rl.iterations = 50
+
+    # The local variant (--config.local=true): this recipe trained from scratch on MiniWoB++ on a laptop
+    # (jaxwebrl/recipes/local.py); the SFT stage is behaviour cloning on the scripted demonstrations, and RFT mixes in 80% of them.
+    c.local_overrides = local_overrides("rft_browseragent", rl=dict(demonstration_share=0.8))
+    c.quick_overrides = quick_overrides("rft_browseragent")
     return c

@@ -3,6 +3,7 @@ correct rollout): lr 5e-6 SFT (1e-6 RFT), 2 epochs, per-step samples (question, 
 previous actions and conclusions) -> (think, conclusion, action)."""
 
 from jaxwebrl.config import default_config
+from jaxwebrl.recipes.local import local_overrides, quick_overrides
 
 
 def get_config():
@@ -32,4 +33,9 @@ def get_config():
     c.optim.lr = 5e-6
     c.optim.schedule = "warmup_cosine"
     c.optim.warmup_ratio = 0.03
+
+    # The local variant (--config.local=true): this recipe trained from scratch on MiniWoB++ on a laptop
+    # (jaxwebrl/recipes/local.py); the demonstrations come from the scripted solvers (data.kind='online' with bc.enabled runs that stage; no RL).
+    c.local_overrides = local_overrides("sft_browseragent", data=dict(kind="online", train_files=""), rl=dict(iterations=0), bc=dict(lr=2e-3))
+    c.quick_overrides = quick_overrides("sft_browseragent", rl=dict(iterations=0))
     return c

@@ -5,6 +5,7 @@ token-mean loss. Set model.path to a local Qwen2.5-3B(-Instruct) or Llama-3.1-8B
 to the demonstration JSONL (Trajectory records)."""
 
 from jaxwebrl.config import default_config
+from jaxwebrl.recipes.local import local_overrides, quick_overrides
 
 
 def get_config():
@@ -31,4 +32,9 @@ def get_config():
     c.optim.schedule = "warmup_cosine"
     c.optim.warmup_ratio = 0.05
     c.optim.weight_decay = 0.0
+
+    # The local variant (--config.local=true): this recipe trained from scratch on MiniWoB++ on a laptop
+    # (jaxwebrl/recipes/local.py); the demonstrations come from the scripted solvers (data.kind='online' with bc.enabled runs that stage; no RL).
+    c.local_overrides = local_overrides("sft_webagent_r1", data=dict(kind="online", train_files=""), rl=dict(iterations=0), bc=dict(lr=2e-3))
+    c.quick_overrides = quick_overrides("sft_webagent_r1", rl=dict(iterations=0))
     return c

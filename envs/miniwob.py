@@ -135,6 +135,18 @@ _BROWSERGYM_START_JS = """(args) => {
 }"""
 
 
+# WebGym sets a task's difficulty by how much it asks (facts to establish); here by the actions a solution
+# takes: easy = one action, medium = two or three, hard = more. Tasks not listed are "medium".
+DIFFICULTY = {
+    **dict.fromkeys(("click-button", "click-link", "click-test", "click-test-2", "focus-text", "focus-text-2",
+                     "click-dialog", "click-dialog-2", "click-tab", "click-color", "click-shape"), "easy"),
+    **dict.fromkeys(("click-checkboxes", "click-option", "enter-text", "choose-list", "click-widget",
+                     "click-tab-2", "enter-password", "click-button-sequence"), "medium"),
+    **dict.fromkeys(("login-user", "book-flight", "email-inbox", "search-engine", "click-checkboxes-large",
+                     "enter-date", "form-sequence"), "hard"),
+}
+
+
 @dataclass
 class MiniWoBTask:
     """One MiniWoB++ task; implements jaxwebrl.browser.task.Task."""
@@ -148,6 +160,11 @@ class MiniWoBTask:
     @property
     def task_id(self) -> str:
         return f"miniwob.{self.name}"
+
+    @property
+    def difficulty(self) -> str:
+        """easy / medium / hard (see DIFFICULTY): WebGym's difficulty ratio and per-difficulty horizons."""
+        return DIFFICULTY.get(self.name, "medium")
 
     def allowed_origins(self) -> tuple[str, ...]:
         return (self.base_url,)

@@ -56,7 +56,7 @@ from jaxwebrl.train.metrics import HardwareConfig, LogConfig
 from jaxwebrl.train.optim import OptimConfig
 from jaxwebrl.viewer.config import ViewerConfig
 
-__all__ = ["ConfigError", "RunConfig", "SECTIONS", "apply_quick", "command_line_fields", "default_config",
+__all__ = ["ConfigError", "RunConfig", "SECTIONS", "apply_variants", "command_line_fields", "default_config",
            "parse_config", "validate_config", "with_changes"]
 
 SECTIONS: dict[str, type] = {
@@ -66,7 +66,8 @@ SECTIONS: dict[str, type] = {
     "engine": EngineConfig, "reward": RewardConfig, "rl": RLConfig, "bc": BCConfig, "report": ReportConfig,
     "viewer": ViewerConfig,
 }
-TOP_LEVEL = {"recipe": "sft", "seed": 0, "workdir": "runs/default", "multihost": False, "quick": False}
+TOP_LEVEL = {"recipe": "sft", "seed": 0, "workdir": "runs/default", "multihost": False, "quick": False,
+             "local": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,11 +127,13 @@ def _as_tree(value: Any) -> Any:
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """Every field with its default (a tiny model trained by SFT on synthetic data). `quick_overrides` holds
-    a config's smoke variant: same structure, only the changed fields, applied by `quick=True`."""
+    """Every field with its default (a tiny model trained by SFT on synthetic data). Two variants a config may
+    carry, each the changed fields only: `local_overrides` (applied by `local=True`: a paper config's laptop run,
+    see `jaxwebrl.recipes.local`) and `quick_overrides` (applied by `quick=True`, after `local`: a smoke run)."""
     c = ml_collections.ConfigDict(dict(TOP_LEVEL))
     for name, cls in SECTIONS.items():
         c[name] = _as_tree(cls())
+    c.local_overrides = ml_collections.ConfigDict()
     c.quick_overrides = ml_collections.ConfigDict()
     return c
 
@@ -143,8 +146,8 @@ def command_line_fields(argv: Sequence[str]) -> set[str]:
 def _unknown_fields(cfg: Any, schema: Any, prefix: str = "") -> None:
     for key in cfg.keys():
         path = f"{prefix}{key}"
-        if path in ("model.shape", "quick_overrides.model.shape", "quick_overrides"):
-            continue  # shape: checked by ModelSetup; quick_overrides: against the whole schema by apply_quick
+        if path.endswith("model.shape") or path in ("quick_overrides", "local_overrides"):
+            continue  # shape: checked by ModelSetup; the variants: against the whole schema by apply_variants
         if key not in schema:
             near = difflib.get_close_matches(key, list(schema.keys()), 1)
             hint = f"did you mean config.{prefix}{near[0]}?" if near else f"known fields: {sorted(schema.keys())}"
@@ -153,13 +156,11 @@ def _unknown_fields(cfg: Any, schema: Any, prefix: str = "") -> None:
             _unknown_fields(cfg[key], schema[key], path + ".")
 
 
-def apply_quick(cfg: ml_collections.ConfigDict, explicit: Collection[str] = ()) -> ml_collections.ConfigDict:
-    """With `quick=True`, overlay `quick_overrides` on the config (so `--config.quick=true` works even though
-    absl applies command-line overrides after get_config()). Fields in `explicit` (those set on the command
-    line) keep their value: `--config.quick=true --config.workdir=X` runs the quick variant in X."""
-    if not cfg.quick:
-        return cfg
-    _unknown_fields(cfg.quick_overrides, default_config(), prefix="quick_overrides.")
+def apply_variants(cfg: ml_collections.ConfigDict, explicit: Collection[str] = ()) -> ml_collections.ConfigDict:
+    """Overlay the variants the config turns on: `local_overrides` when `local=True`, then `quick_overrides`
+    when `quick=True` (so `--config.local=true` works even though absl applies command-line overrides after
+    get_config()). Fields in `explicit` (those set on the command line) keep their value:
+    `--config.quick=true --config.workdir=X` runs the quick variant in X."""
     out = ml_collections.ConfigDict(cfg.to_dict())
     keep = set(explicit)
 
@@ -173,7 +174,14 @@ def apply_quick(cfg: ml_collections.ConfigDict, explicit: Collection[str] = ()) 
             else:
                 dst[key] = value
 
-    overlay(out, cfg.quick_overrides, "")
+    for flag in ("local", "quick"):
+        if cfg.get(flag):
+            variant = cfg[f"{flag}_overrides"]
+            if flag == "local" and not variant:
+                raise ConfigError("config.local=True but this config has no local variant (local_overrides is "
+                                  "empty): run it as it is, or use a paper config (configs/README in README.md)")
+            _unknown_fields(variant, default_config(), prefix=f"{flag}_overrides.")
+            overlay(out, variant, "")
     return out
 
 
@@ -219,7 +227,7 @@ def parse_config(cfg: ml_collections.ConfigDict) -> RunConfig:
         return cfg
     _unknown_fields(cfg, default_config())
     sections = {name: _build(cls, cfg[name] if name in cfg else {}, name) for name, cls in SECTIONS.items()}
-    top = {k: (cfg[k] if k in cfg else v) for k, v in TOP_LEVEL.items() if k != "quick"}
+    top = {k: (cfg[k] if k in cfg else v) for k, v in TOP_LEVEL.items() if k not in ("quick", "local")}
     if isinstance(top["multihost"], ml_collections.ConfigDict):
         top["multihost"] = top["multihost"].to_dict()
     if top["recipe"] not in recipe_names():

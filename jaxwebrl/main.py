@@ -22,7 +22,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from jaxwebrl.config import RunConfig, apply_quick, command_line_fields, parse_config, validate_config
+from jaxwebrl.config import RunConfig, apply_variants, command_line_fields, parse_config, validate_config
 
 _CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
@@ -32,7 +32,7 @@ def train(config: object, explicit: Collection[str] = ()) -> dict[str, float]:
     metrics (online: the run summary). `explicit` names fields set on the command line (they win over
     the config's quick variant)."""
     if not isinstance(config, RunConfig):
-        config = parse_config(apply_quick(config, explicit))  # type: ignore[arg-type]
+        config = parse_config(apply_variants(config, explicit))  # type: ignore[arg-type]
     validate_config(config, len(jax.devices()))
     if config.data.kind == "online":
         from jaxwebrl.recipes.main_job import run_main_job
@@ -93,7 +93,7 @@ def _main(argv: list[str]) -> None:
     if _DRY_RUN.value:  # ahead-of-time compile on this process's devices: no cluster needed
         from jaxwebrl.train.dry_run import dry_run, format_report
 
-        run = parse_config(config)
+        run = parse_config(apply_variants(config, command_line_fields(sys.argv[1:])))
         report = dry_run(run, validate_config(run, len(jax.devices()), check_paths=False))
         print(format_report(report))
         print("DRY_RUN " + json.dumps(report))

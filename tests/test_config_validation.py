@@ -112,7 +112,7 @@ def test_bad_choices(tmp_path):
 
 
 def test_quick_variant_keeps_fields_set_on_the_command_line():
-    from jaxwebrl.config import apply_quick, command_line_fields
+    from jaxwebrl.config import apply_variants, command_line_fields
 
     argv = ["--config", "configs/grpo_local.py", "--config.quick=true", "--config.workdir=/tmp/x",
             "--config.bc.steps", "7"]
@@ -120,10 +120,10 @@ def test_quick_variant_keeps_fields_set_on_the_command_line():
     assert explicit == {"quick", "workdir", "bc.steps"}
     c = _load("grpo_local")
     c.quick, c.workdir, c.bc.steps = True, "/tmp/x", 7
-    q = apply_quick(c, explicit)
+    q = apply_variants(c, explicit)
     assert q.workdir == "/tmp/x" and q.bc.steps == 7  # the command line wins
     assert q.bc.demonstration_seeds == c.quick_overrides.bc.demonstration_seeds and q.rl.iterations == 1  # the rest is quick
-    assert apply_quick(c).workdir == c.quick_overrides.workdir  # without explicit fields, quick's own
+    assert apply_variants(c).workdir == c.quick_overrides.workdir  # without explicit fields, quick's own
 
 
 def test_demonstrated_tasks_default_to_those_with_a_solver_and_bad_names_are_refused():

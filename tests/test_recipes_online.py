@@ -18,7 +18,7 @@ import pytest
 from ml_collections import config_flags  # noqa: F401  (configs are plain modules)
 from safetensors.numpy import load_file
 
-from jaxwebrl.config import apply_quick, parse_config, validate_config, with_changes
+from jaxwebrl.config import apply_variants, parse_config, validate_config, with_changes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def quick_run(tmp_path_factory):
 
     cfg = _load_config("grpo_local")
     cfg.quick = True
-    cfg = apply_quick(cfg)
+    cfg = apply_variants(cfg)
     cfg.workdir = str(tmp_path_factory.mktemp("grpo_local_quick"))
     cfg.log.progress = False
     cfg = parse_config(cfg)

@@ -86,6 +86,7 @@ class ObsConfig:
     text_budget_chars: int = 16_000
     include_hidden: bool = False
     relative_urls: bool = False
+    box_centres: bool = False  # a11y lines of interactive elements in view end with `centre: (x, y)` on 0..1000
 
     def validate(self) -> None:
         if self.text_mode not in TEXT_MODES:
@@ -135,6 +136,9 @@ class BrowserConfig:
     text_budget_chars: int = 16000
     page_metadata: bool = True  # url/tabs/scroll/focus with each observation (the URL line in text prompts)
     relative_urls: bool = False  # same-origin link urls as paths (keeps a local server's port out of prompts)
+    # Each interactive element's box centre on the 0..1000 grid in the a11y text: coordinate tools (openwebrl)
+    # can aim from text until the policy sees screenshots.
+    box_centres: bool = False
     screenshot: bool = False  # a PNG of the viewport with each observation
     set_of_marks: bool = False  # element ids drawn on the screenshot
     viewport_width: int = 1280
@@ -166,7 +170,8 @@ class BrowserConfig:
     def env_config(self, episode_timeout_s: float = 600.0) -> EnvConfig:
         """The per-episode config; the episode's time budget is the agent's (`agent.episode_timeout_s`)."""
         obs = ObsConfig(text_mode=self.text_mode, text_budget_chars=self.text_budget_chars, metadata=self.page_metadata,
-                        relative_urls=self.relative_urls, screenshot=self.screenshot, set_of_marks=self.set_of_marks)
+                        relative_urls=self.relative_urls, box_centres=self.box_centres, screenshot=self.screenshot,
+                        set_of_marks=self.set_of_marks)
         return EnvConfig(action_space=self.action_space, obs=obs, viewport=(self.viewport_width, self.viewport_height),
                          action_timeout_s=self.action_timeout_s, step_timeout_s=self.step_timeout_s,
                          episode_timeout_s=episode_timeout_s, allow_data_urls=self.allow_data_urls)

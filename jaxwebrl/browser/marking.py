@@ -49,6 +49,12 @@ class Element:
         x, y, w, h = self.bbox
         return x + w / 2, y + h / 2
 
+    def normalised_centre(self, viewport: tuple[float, float]) -> tuple[int, int]:
+        """The box centre on OpenWebRL's 0..1000 grid of the viewport (what its coordinate tools take)."""
+        cx, cy = self.center
+        w, h = viewport
+        return (min(1000, max(0, round(cx / w * 1000))), min(1000, max(0, round(cy / h * 1000))))
+
 
 @dataclass
 class Snapshot:

@@ -77,21 +77,31 @@ def relative_url(url: str, page_url: str | None) -> str:
     return urlunsplit(("", "", parts.path or "/", parts.query, parts.fragment))
 
 
-def axtree_line(el: Element, depth_offset: int = 1, page_url: str | None = None) -> str:
+def axtree_line(el: Element, depth_offset: int = 1, page_url: str | None = None,
+                viewport: tuple[float, float] | None = None) -> str:
+    """One element's line. With `viewport`, an interactive element in view also shows its box centre on the
+    0..1000 grid (`centre: (x, y)`), what coordinate tools aim at when the policy reads text, not pixels."""
     name = el.name if el.name or el.role != "StaticText" else el.text
     line = "\t" * (el.depth + depth_offset) + f"[{el.id}] {el.role} {name!r}"
     for key, value in el.props.items():
         if key == "url" and isinstance(value, str):
             value = relative_url(value, page_url)
         line += f" {key}: {_fmt_value(value)}"
+    if viewport is not None and el.interactive and el.in_viewport and all(viewport):
+        x, y = el.normalised_centre(viewport)
+        line += f" centre: ({x}, {y})"
     return line
 
 
-def render_axtree(snap: Snapshot, include_hidden: bool = False, relative_urls: bool = False) -> str:
-    """One line per visible element; with `relative_urls`, links on the page's own origin show only their path."""
+def render_axtree(snap: Snapshot, include_hidden: bool = False, relative_urls: bool = False,
+                  box_centres: bool = False) -> str:
+    """One line per visible element; with `relative_urls`, links on the page's own origin show only their path;
+    with `box_centres`, interactive elements in view show their centre on the 0..1000 grid."""
     page_url = snap.url if relative_urls else None
+    viewport = snap.viewport if box_centres else None
     lines = [f"RootWebArea {snap.title!r}" + (" focused: True" if snap.focused is None else "")]
-    lines += [axtree_line(el, page_url=page_url) for el in snap.elements if include_hidden or el.visible]
+    lines += [axtree_line(el, page_url=page_url, viewport=viewport) for el in snap.elements
+              if include_hidden or el.visible]
     return "\n".join(lines)
 
 
@@ -187,7 +197,7 @@ async def observe(session: BrowserSession, config: ObsConfig, goal: str) -> Obse
     """Mark the active tab and build the configured observation parts."""
     await session.ensure_page()
     snap = await session.snapshot()
-    ax = render_axtree(snap, config.include_hidden, config.relative_urls) if config.text_mode in ("axtree", "both") else None
+    ax = render_axtree(snap, config.include_hidden, config.relative_urls, config.box_centres) if config.text_mode in ("axtree", "both") else None
     ht = render_html(snap, config.include_hidden) if config.text_mode in ("html", "both") else None
     truncated = False
     if config.text_mode == "both":

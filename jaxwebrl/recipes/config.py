@@ -30,6 +30,10 @@ class RLConfig:
     replay_demonstrations: int = 0
     demonstration_advantage: float = 1.0
     demonstrations_file: str = ""  # trajectories to replay ('' = the run's BC demonstrations, when bc.enabled)
+    # Instead of a count per batch: this fraction of the demonstrations, a seeded subset spread evenly over the
+    # iterations (BrowserAgent's RFT mixes its rollouts with 80% of the SFT data: 0.8).
+    demonstration_share: float = 0.0
+    save_rollouts: bool = True  # every collected trajectory, rewarded, in <workdir>/rl/rollouts.jsonl
 
     def __post_init__(self) -> None:
         at_least("iterations", self.iterations, 0)
@@ -37,6 +41,17 @@ class RLConfig:
         if self.replay_demonstrations < 0:
             raise FieldError("replay_demonstrations", f"{self.replay_demonstrations} must be >= 0",
                              "set how many demonstrations each RL batch replays, or 0")
+        if not 0.0 <= self.demonstration_share <= 1.0:
+            raise FieldError("demonstration_share", f"{self.demonstration_share} is not in [0, 1]",
+                             "give the fraction of the demonstrations mixed in over the run, e.g. 0.8, or 0")
+        if self.demonstration_share and self.replay_demonstrations:
+            raise FieldError("demonstration_share", "is set together with rl.replay_demonstrations",
+                             "mix demonstrations either as a count per batch (replay_demonstrations) or as a share "
+                             "of the file over the run (demonstration_share); set the other to 0")
+
+    @property
+    def mixes_demonstrations(self) -> bool:
+        return self.replay_demonstrations > 0 or self.demonstration_share > 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -109,9 +109,7 @@ def _tool(name: str, **arguments: Any) -> str:
 
 def normalised_centre(el: Element, viewport: tuple[float, float]) -> tuple[int, int]:
     """The element's box centre on OpenWebRL's 0..1000 grid of the viewport."""
-    cx, cy = el.center
-    w, h = viewport
-    return (min(1000, max(0, round(cx / w * 1000))), min(1000, max(0, round(cy / h * 1000))))
+    return el.normalised_centre(viewport)
 
 
 def _scroll_into_view(el: Element, viewport: tuple[float, float]) -> str | None:

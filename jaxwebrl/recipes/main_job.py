@@ -161,7 +161,7 @@ def reinforcement_learning(run: RunConfig, start_dir: str | None) -> tuple[str, 
     if start_dir:
         changes.update({"model.source": "hf", "model.path": start_dir})
     demo_file = Path(run.workdir) / DEMONSTRATIONS_FILE
-    if run.rl.replay_demonstrations > 0 and not run.rl.demonstrations_file and run.bc.enabled and demo_file.exists():
+    if run.rl.mixes_demonstrations and not run.rl.demonstrations_file and run.bc.enabled and demo_file.exists():
         changes["rl.demonstrations_file"] = str(demo_file)
     rl_run = with_changes(run, **changes)
     trainer = Trainer(rl_run, total_steps=max(1, run.rl.iterations * run.train.epochs * 4))
@@ -221,11 +221,16 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
     clock = StageClock(work)
     start = behaviour_cloning(run) if run.bc.enabled else None
     t_bc = clock.lap("bc")
-    final, history = reinforcement_learning(run, start)
+    if run.rl.iterations == 0 and start:  # an SFT paper config's local variant: BC is the whole training
+        final, history = start, []
+    else:
+        final, history = reinforcement_learning(run, start)
     t_rl = clock.lap("rl")
     summary: dict[str, Any] = {"final_policy": final, "iterations": len(history), "bc_s": t_bc, "rl_s": t_rl}
     if run.report.enabled:
         policies = {"random": str(work / "policy_init"), "BC": start, "RL": final} if start else {"RL": final}
+        if not history and start:
+            del policies["RL"]
         reports = asyncio.run(evaluate_checkpoints(run, policies, run.report.eval_seeds))
         summary["eval"] = {k: r.to_dict() for k, r in reports.items()}
         t_eval = clock.lap("eval")

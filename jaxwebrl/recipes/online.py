@@ -41,6 +41,7 @@ from jaxwebrl.train.loop import Round
 from jaxwebrl.viewer import ViewerLog, episodes_from_trajectories, write_viewer
 
 VIEWER_LOG = "viewer_episodes.jsonl"  # in the workdir: the rollouts and evaluations the viewer shows
+ROLLOUTS = "rollouts.jsonl"  # beside history.jsonl: every collected trajectory, rewarded (data.kind='trajectories')
 
 
 def make_suite(run: Any) -> Any:
@@ -80,29 +81,49 @@ def episode_metrics(groups: list[Group]) -> dict[str, float]:
 
 
 def demonstrations_to_replay(run: Any) -> list[Trajectory]:
-    """The trajectories `rl.replay_demonstrations` draws from (none when it is 0)."""
-    if run.rl.replay_demonstrations <= 0:
+    """The trajectories RL mixes in (`rl.replay_demonstrations` or `rl.demonstration_share`; none when off)."""
+    if not run.rl.mixes_demonstrations:
         return []
     path = run.rl.demonstrations_file
     if not path or not os.path.isfile(path):
-        raise ValueError(f"rl.replay_demonstrations={run.rl.replay_demonstrations} but rl.demonstrations_file={path!r} "
-                         "is not a file: set bc.enabled=True (RL then replays BC's demonstrations) or point "
-                         "rl.demonstrations_file at a trajectory .jsonl, or set rl.replay_demonstrations=0")
+        raise ValueError(f"rl.replay_demonstrations / rl.demonstration_share mix demonstrations into RL but "
+                         f"rl.demonstrations_file={path!r} is not a file: set bc.enabled=True (RL then mixes in BC's "
+                         "demonstrations) or point rl.demonstrations_file at a trajectory .jsonl, or set both to 0")
     demos = read_trajectories(path)
     if not demos:
         raise ValueError(f"rl.demonstrations_file={path!r} holds no trajectory; point it at demonstrations or set "
-                         "rl.replay_demonstrations=0")
+                         "rl.replay_demonstrations=0 and rl.demonstration_share=0")
     return demos
 
 
-def demonstration_samples(demos: list[Trajectory], run: Any, iteration: int) -> list[Sample]:
-    """`rl.replay_demonstrations` demonstrations drawn without replacement (seeded by iteration, so a resumed
-    run draws the same), each a group of one with advantage `rl.demonstration_advantage`."""
+def demonstration_picks(n_demos: int, run: Any, iteration: int) -> list[int]:
+    """Which demonstrations iteration `iteration` mixes in. `rl.replay_demonstrations`: that many, drawn
+    without replacement (seeded by iteration, so a resumed run draws the same). `rl.demonstration_share`: a
+    seeded subset of that share of the file, split evenly over `rl.iterations`; this iteration's part."""
+    if run.rl.demonstration_share > 0:
+        subset = np.random.default_rng(run.seed).permutation(n_demos)[:round(run.rl.demonstration_share * n_demos)]
+        parts = np.array_split(subset, max(1, run.rl.iterations))
+        return sorted(int(i) for i in parts[iteration % len(parts)])
     rng = np.random.default_rng((run.seed, iteration))
-    picks = rng.choice(len(demos), size=min(run.rl.replay_demonstrations, len(demos)), replace=False)
+    return sorted(int(i) for i in rng.choice(n_demos, size=min(run.rl.replay_demonstrations, n_demos), replace=False))
+
+
+def demonstration_samples(demos: list[Trajectory], run: Any, iteration: int) -> list[Sample]:
+    """This iteration's demonstrations (`demonstration_picks`), each a group of one with advantage
+    `rl.demonstration_advantage`: an SFT term beside the policy gradient."""
     trajs = [dataclasses.replace(demos[i], advantage=run.rl.demonstration_advantage, group_id=f"demo/{i}")
-             for i in sorted(picks)]
+             for i in demonstration_picks(len(demos), run, iteration)]
     return build_samples(trajs, per=run.data.per, norm=run.data.norm)
+
+
+def task_metrics(trajs: list[Trajectory], tasks: dict[str, Any], horizon: Callable[[Any], int]) -> dict[str, float]:
+    """Which difficulties were played (WebGym's ratio) and the horizon each got at this iteration."""
+    out: dict[str, float] = {}
+    levels = collections.Counter(str(getattr(tasks.get(t.task_id), "difficulty", "any")) for t in trajs)
+    out.update({f"rollout/difficulty/{k}": v / max(1, len(trajs)) for k, v in levels.items()})
+    horizons = {str(getattr(task, "difficulty", "any")): horizon(task) for task in tasks.values()}
+    out.update({f"rollout/horizon/{k}": float(v) for k, v in horizons.items()})
+    return out
 
 
 class OnlineRL:
@@ -112,8 +133,12 @@ class OnlineRL:
     log_prefix = "train"
     checkpoint_each_round = True  # rollouts are expensive: every iteration is saved
 
-    def __init__(self, run: Any, trainer: Any, history_file: str | Path | None = None):
+    def __init__(self, run: Any, trainer: Any, history_file: str | Path | None = None,
+                 engine_factory: Callable[..., Any] | None = None):
+        """`engine_factory(engine_config, params=, model_cfg=, tokenizer=, version=)` builds the rollout engine
+        (default `make_engine`: the config's JaxEngine or SGLang); any object with the Engine protocol will do."""
         self.run, self.trainer = run, trainer
+        self.engine_factory = engine_factory or make_engine
         self.recipe = get_recipe(run.recipe)
         self.tokenizer = load_tokenizer(trainer.tokenizer_dir)
         self.env_cfg, self.agent_cfg = run.browser_env(), run.agent
@@ -125,6 +150,7 @@ class OnlineRL:
         )
         self.demos = demonstrations_to_replay(run)
         self.history_file = Path(history_file) if history_file else None
+        self.rollouts_file = self.history_file.with_name(ROLLOUTS) if self.history_file and run.rl.save_rollouts else None
         self.history: list[dict[str, Any]] = []
         self.viewer_log = ViewerLog(os.path.join(run.workdir, VIEWER_LOG))
         self._stack = contextlib.AsyncExitStack()
@@ -140,7 +166,7 @@ class OnlineRL:
         if engine_cfg.type == "sglang" and engine_cfg.launch and not engine_cfg.checkpoint:
             # a launched server starts on the current policy, exported where it can read it
             engine_cfg = dataclasses.replace(engine_cfg, checkpoint=self.trainer.export(os.path.join(run.workdir, "engine_init")))
-        self.engine = make_engine(engine_cfg, params=self.trainer.params, model_cfg=self.trainer.model_cfg,
+        self.engine = self.engine_factory(engine_cfg, params=self.trainer.params, model_cfg=self.trainer.model_cfg,
                                   tokenizer=self.tokenizer, version=self.version)
         self._stack.push_async_callback(self.engine.close)
         self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg, run.rollout,
@@ -169,6 +195,10 @@ class OnlineRL:
             records = [json.loads(line) for line in self.history_file.read_text().splitlines()]
             self.history = records[:done]
             self.history_file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+        if self.rollouts_file is not None and self.rollouts_file.exists():  # the same for the saved rollouts
+            kept = [line for line in self.rollouts_file.read_text().splitlines()
+                    if json.loads(line)["metadata"].get("iteration", 0) < done]
+            self.rollouts_file.write_text("".join(line + "\n" for line in kept))
         return done
 
     async def next_round(self, it: int) -> Round:
@@ -186,15 +216,25 @@ class OnlineRL:
             max_groups=run.rollout.max_groups_per_iteration or None, agent_for=self._agent_for(it))
         t_rollout = time.perf_counter() - t0
         trajs = [t for g in groups for t in g.trajectories]
-        samples = run_samples(run, trajs, reward_source=run.reward.source)
+        recipe_stats: dict[str, float] = {}
+        samples = run_samples(run, trajs, reward_source=run.reward.source, stats=recipe_stats)
+        if self.rollouts_file is not None:
+            await asyncio.to_thread(self._save_rollouts, trajs, it)
         await asyncio.to_thread(self.viewer_log.add_trajectories, trajs, f"{run.recipe} rollout", it,
                                 run.viewer.rollouts_per_iteration, seed=run.seed + it, max_chars=run.viewer.max_chars)
+        metrics = episode_metrics(groups)
         if self.replay is not None:
-            self.replay.add_iteration(samples)
-            samples = self.replay.draw(max(len(samples), run.rollout.replay_samples))
+            self.replay.add_iteration([(it, s) for s in samples])
+            drawn = self.replay.draw(max(len(samples), run.rollout.replay_samples))
+            ages = [it - born for born, _ in drawn]
+            samples = [s for _, s in drawn]
+            metrics.update({"replay/samples": float(len(drawn)), "replay/mean_age": float(np.mean(ages)) if ages else 0.0,
+                            "replay/from_earlier_iterations": float(np.mean([a > 0 for a in ages])) if ages else 0.0})
         demos = demonstration_samples(self.demos, run, it) if self.demos and samples else []
         samples += demos
-        metrics = episode_metrics(groups)
+        metrics.update(recipe_stats)
+        metrics.update(task_metrics(trajs, {t.task_id: t for t in self.train_tasks},
+                                    lambda task: self.horizon.max_steps(task, it)))
         metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/episodes_tried": float(stats.episodes),
                         "rollout/success_rate_all": stats.successes / max(1, stats.episodes),
                         "rollout/groups_rejected": float(stats.rejected),
@@ -204,6 +244,12 @@ class OnlineRL:
         metrics.update({f"time/{k}_s": v for k, v in stats.time.items()})
         self._t_train = time.perf_counter()
         return Round(samples=samples, metrics=metrics)
+
+    def _save_rollouts(self, trajs: list[Trajectory], iteration: int) -> None:
+        assert self.rollouts_file is not None
+        with self.rollouts_file.open("a") as f:
+            for t in trajs:
+                f.write(dataclasses.replace(t, metadata={**t.metadata, "iteration": iteration}).to_json() + "\n")
 
     async def after_update(self, it: int, trainer: Any, metrics: dict[str, float]) -> None:
         """Weight sync to the engine, periodic evaluation, the iteration's history record."""

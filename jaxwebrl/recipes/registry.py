@@ -90,20 +90,38 @@ def accept_group(recipe: Recipe, trajectories: Sequence[Trajectory], *, dynamic_
     if not dynamic_sampling:
         return True
     assign_rewards(recipe, trajectories, reward_source)
-    kept = list(trajectories)
-    for name in recipe.filters:
-        kept = TRAJECTORY_FILTERS[name](kept, group_size=len(trajectories))
-    return has_reward_variance(kept)
+    return has_reward_variance(apply_filters(recipe.filters, trajectories, group_size=len(trajectories)))
+
+
+def _trained_turns(trajs: Sequence[Trajectory]) -> int:
+    return sum(t.num_trained_turns for t in trajs)
+
+
+def apply_filters(names: Sequence[str], trajectories: Sequence[Trajectory], *, group_size: int,
+                  stats: dict[str, float] | None = None) -> list[Trajectory]:
+    """Run trajectory filters in order. `stats` (when given) gets, per filter, how many trajectories and
+    trained turns went in and came out (`recipe/<filter>/...`): the record that a paper's filter fired."""
+    trajs = list(trajectories)
+    for name in names:
+        before, turns_before = len(trajs), _trained_turns(trajs)
+        trajs = TRAJECTORY_FILTERS[name](trajs, group_size=group_size)
+        if stats is not None:
+            for key, value in (("trajectories_in", before), ("trajectories_out", len(trajs)),
+                               ("turns_in", turns_before), ("turns_out", _trained_turns(trajs))):
+                stats[f"recipe/{name}/{key}"] = stats.get(f"recipe/{name}/{key}", 0.0) + value
+    return trajs
 
 
 def rollout_samples(recipe: Recipe, trajectories: Sequence[Trajectory], *, per: str, norm: str, max_len: int,
                     group_size: int, dynamic_sampling: bool = False, scale_adv_by_std: bool = True,
-                    adv_eps: float = 1e-6) -> list[Sample]:
-    """Rewarded rollouts -> the recipe's filters -> dynamic sampling (optional) -> advantages -> samples."""
-    trajs = list(trajectories)
-    for name in recipe.filters:
-        trajs = TRAJECTORY_FILTERS[name](trajs, group_size=group_size)
-    if dynamic_sampling:
-        trajs = TRAJECTORY_FILTERS["drop_zero_variance"](trajs, group_size=group_size)
+                    adv_eps: float = 1e-6, stats: dict[str, float] | None = None) -> list[Sample]:
+    """Rewarded rollouts -> the recipe's filters -> dynamic sampling (optional) -> advantages -> samples.
+    `stats` (when given) gets the filters' counts (see `apply_filters`) and the sample count."""
+    names = list(recipe.filters) + (["drop_zero_variance"] if dynamic_sampling else [])
+    trajs = apply_filters(names, trajectories, group_size=group_size, stats=stats)
     trajs = ADVANTAGE_ESTIMATORS[recipe.advantage](trajs, scale_by_std=scale_adv_by_std, eps=adv_eps)
-    return build_samples(trajs, per=per, norm=norm, max_len=max_len)
+    samples = build_samples(trajs, per=per, norm=norm, max_len=max_len)
+    if stats is not None:
+        stats["recipe/trajectories_trained"] = float(sum(t.num_trained_turns > 0 for t in trajs))
+        stats["recipe/samples"] = float(len(samples))
+    return samples

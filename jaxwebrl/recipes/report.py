@@ -199,6 +199,8 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
     bc, rl = run.bc, run.rl
     context = f", page tokens trained at weight {bc.context_loss_weight}" if bc.context_loss_weight else ""
     replay = f", each batch replaying {rl.replay_demonstrations} demonstrations" if rl.replay_demonstrations else ""
+    if rl.demonstration_share:
+        replay = f", mixed with {rl.demonstration_share:.0%} of the demonstrations spread over the iterations"
     sections = {
         "Run": (f"recipe `{run.recipe}`, suite `{run.tasks.suite}`, tasks `{run.tasks.train or 'train split'}`; "
                 f"{len(history)} RL iterations x {run.rollout.groups_per_iteration} groups of "

@@ -190,7 +190,7 @@ class Trainer:
                 m.update(extra)
                 history.append(m)
         out = {k: float(np.mean([h[k] for h in history if k in h])) for k in history[0]}
-        out.update(optimizer_steps=len(history), samples=len(samples), seq_len=seq_len,
+        out.update(optimizer_steps=len(history), epochs=epochs, samples=len(samples), seq_len=seq_len,
                    staleness=float(np.mean([self.step - s.policy_version for s in samples])))
         self.last_metrics = out
         return out

@@ -1,0 +1,84 @@
+"""The local variant of a paper config: the paper's recipe at laptop scale, trained from scratch on MiniWoB++.
+
+A paper config (`configs/grpo_openwebrl.py`, ...) describes the paper's run: a 3-8B model, 16-32k contexts,
+an SGLang fleet, hundreds of iterations; it is checked here by the dry run. Its local variant
+(`--config.local=true`) keeps what makes it that paper — recipe, context strategy, prompt format, action
+space, loss, normalisation, sample cut, epochs, dynamic sampling, replay, horizons — and swaps the scale:
+a small Qwen3-style model and BPE tokenizer built from scratch, behaviour-cloned on the scripted solvers'
+demonstrations written in the paper's own action grammar (`jaxwebrl.recipes.demo_actions`), then a few
+iterations of the paper's online loop with the JaxEngine and real Chromium, then greedy evaluation of
+random / BC / RL on held-out seeds (the main job's stages, `jaxwebrl.recipes.main_job`).
+
+    python -m jaxwebrl --config configs/grpo_openwebrl.py --config.local=true
+    python -m jaxwebrl --config configs/grpo_openwebrl.py --config.local=true --config.quick=true   # smoke
+
+`local_overrides(name, **paper)` returns the shared overlay with the paper's own local settings merged in
+(each config passes what must be scaled rather than dropped, e.g. a horizon schedule at iteration 3
+instead of 100). The fields it sets are the only difference between a paper config and its local run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+# One-page tasks with a scripted solver in every grammar, over three difficulties (envs/miniwob.py
+# DIFFICULTY: WebGym's ratio and per-difficulty horizons need all three).
+LOCAL_TASKS = "click-button,click-link,focus-text,click-checkboxes,login-user"
+
+SMALL_QWEN3 = dict(architecture="qwen3", vocab_size=1024, hidden_size=128, intermediate_size=384, num_layers=4,
+                   num_heads=4, num_kv_heads=2, head_dim=32, qk_norm=True, tie_word_embeddings=True,
+                   max_position_embeddings=4096, rope_theta=10000.0)
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "shape" else value
+    return out
+
+
+def local_overrides(name: str, **paper: Any) -> ml_collections.ConfigDict:
+    """The local variant's changed fields for the paper config `name` (its workdir is runs/<name>_local);
+    `paper` holds section dicts merged over the shared overlay, e.g. `rollout=dict(horizon_schedule="0:4,3:6")`."""
+    base: dict[str, Any] = dict(
+        workdir=f"runs/{name}_local",
+        multihost=False,
+        mesh={"data": 1, "fsdp": -1, "tensor": 1},
+        model=dict(source="inline", shape=SMALL_QWEN3, dtype="float32", param_dtype="float32", remat=False,
+                   scan_layers=False),
+        tasks=dict(suite="miniwob", train=LOCAL_TASKS, eval_seeds=10),
+        # axtree for every paper: a from-scratch model reads it in the fewest tokens (the paper's text mode
+        # stays in its config; `--config.env.text_mode=html` runs WebAgent-R1's locally too, at ~3x the tokens)
+        env=dict(text_mode="axtree", text_budget_chars=1200, page_metadata=False, relative_urls=True,
+                 num_browsers=1, contexts_per_browser=8, step_timeout_s=15.0),
+        agent=dict(max_context_tokens=3072, max_new_tokens=96, episode_timeout_s=180.0),
+        engine=dict(type="jax", launch=False, num_slots=8, max_len=4096),
+        train=dict(seq_len=4096, micro_batch=4, accum_steps=1, logits_chunk=0, groups_per_step=4),
+        rollout=dict(groups_per_iteration=4, max_concurrent_groups=2, max_groups_per_iteration=16),
+        # a model trained from scratch in minutes needs a larger step than a pretrained 3-8B model's 1e-6
+        optim=dict(lr=2e-4, schedule="constant", warmup_steps=0, max_grad_norm=1.0),
+        bc=dict(enabled=True, demonstration_seeds=40, vocab_size=1024, steps=200, lr=2e-3, micro_batch=8,
+                context_loss_weight=0.1, seq_len=2048),
+        rl=dict(iterations=6, eval_every=0),
+        report=dict(enabled=True, eval_seeds=10),
+        checkpoint=dict(every=0, keep=2, export_every=0),
+        viewer=dict(max_episodes=400),
+    )
+    return ml_collections.ConfigDict(_merge(base, paper))
+
+
+def quick_overrides(name: str, **paper: Any) -> ml_collections.ConfigDict:
+    """The smoke run of a local variant (`--config.local=true --config.quick=true`; what the tests run): a
+    2-layer model, a few demonstrations and BC steps, two short iterations."""
+    base: dict[str, Any] = dict(
+        workdir=f"runs/{name}_local_quick",
+        model=dict(shape=dict(SMALL_QWEN3, num_layers=2, hidden_size=64, intermediate_size=128, head_dim=16)),
+        tasks=dict(eval_seeds=2),
+        bc=dict(demonstration_seeds=6, steps=60, micro_batch=4),
+        rl=dict(iterations=2),
+        rollout=dict(groups_per_iteration=2, max_groups_per_iteration=8),
+        report=dict(eval_seeds=2),
+    )
+    return ml_collections.ConfigDict(_merge(base, paper))
