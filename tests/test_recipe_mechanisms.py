@@ -143,6 +143,22 @@ def test_webgym_repetition_filter_replay_difficulty_and_memory(tmp_path):
     assert later and all("note-" in p for p in later)
 
 
+def offline(config_name: str, workdir: Path, records: Path, model_dir: Path, **changes: Any) -> dict[str, float]:
+    """`python -m jaxwebrl --config configs/<config_name>.py` on saved rollout records (data.kind='trajectories'),
+    in-process, at a tiny size."""
+    from jaxwebrl.main import train
+
+    spec = importlib.util.spec_from_file_location(config_name, ROOT / "configs" / f"{config_name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = with_changes(parse_config(module.get_config()), **{
+        "workdir": str(workdir), "data.kind": "trajectories", "data.synthetic": False, "data.train_files": str(records),
+        "model.source": "hf", "model.path": str(model_dir), "model.dtype": "float32", "model.remat": False,
+        "train.seq_len": 8192, "train.micro_batch": 2, "train.accum_steps": 1, "train.logits_chunk": 0,
+        "train.groups_per_step": 2, "train.steps": 2, "log.progress": False, **changes})
+    return train(run)
+
+
 def test_browseragent_rft_selection_and_conclusions(tmp_path):
     # Groups of 4: (slow_solve, solve, idle, idle) -> 2 of 4 correct: kept, the 2-step rollout trains;
     # then (idle x 4) -> none correct: dropped.
@@ -159,6 +175,10 @@ def test_browseragent_rft_selection_and_conclusions(tmp_path):
     later = [p for prompts in policy.prompts.values() for p in prompts[1:]]
     assert later and all("seen-0" in p for p in later)  # every <conclusion> is carried forward
 
+    # The offline path: RFT from the saved rollouts with the paper's SFT config (data.kind='trajectories')
+    m = offline("sft_browseragent", tmp_path / "offline", tmp_path / "rl" / "rollouts.jsonl", tmp_path / "tiny_model")
+    assert m["train/samples"] == 2 and math.isfinite(m["train/loss"])  # the kept group's 2-step correct rollout
+
 
 def test_webagent_r1_trajectory_samples_and_compressed_history(tmp_path):
     roles = ["slow_solve", "solve", "idle", "idle"]
@@ -172,3 +192,8 @@ def test_webagent_r1_trajectory_samples_and_compressed_history(tmp_path):
         assert m["recipe/samples"] == m["recipe/trajectories_trained"] == run.rollout.group_size * 2
     later = [p for prompts in policy.prompts.values() for p in prompts[1:]]
     assert later and all(COMPRESSED in p for p in later)  # earlier pages compressed, the current one whole
+
+    # The offline path: M-GRPO from the saved rollouts (configs/grpo_synthetic.py on records, not synthetic)
+    m = offline("grpo_synthetic", tmp_path / "offline", tmp_path / "rl" / "rollouts.jsonl", tmp_path / "tiny_model",
+                **{"train.groups_per_step": 1})
+    assert m["train/samples"] == run.rollout.group_size and math.isfinite(m["train/loss"])

@@ -3,7 +3,8 @@
 - the main job's smoke variant (`configs/grpo_local.py`, quick=true): scripted demonstrations -> tokenizer ->
   behaviour cloning -> one M-GRPO iteration -> evaluation report, HF export loaded by transformers;
 - an interrupted run resumes from its last checkpoint;
-- every paper recipe runs one short iteration from its own config.
+- the offline paths train on what a real run wrote: SFT from its demonstrations, GRPO and RFT from its rollouts.
+(Every paper config's local variant: tests/test_recipes_local.py; their mechanisms: test_recipe_mechanisms.py.)
 """
 
 from __future__ import annotations
@@ -154,41 +155,28 @@ def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
     assert ck.read_meta()["run"]["rounds"] == 3
 
 
-@pytest.mark.parametrize("config_name", ["grpo_tpu", "grpo_openwebrl", "reinforce_webgym", "rft_browseragent"])
-def test_each_recipe_runs_one_iteration_from_its_config(quick_run, config_name, tmp_path):
-    from jaxwebrl.recipes.main_job import reinforcement_learning
+def test_sft_from_the_demonstrations_a_run_wrote(quick_run, tmp_path):
+    """The offline SFT path of a paper config (WebAgent-R1 stage 1) from the command line, on the demonstration
+    file the main job's scripted solvers wrote in real Chromium."""
+    import subprocess
+    import sys
 
-    base, _ = quick_run
-    cfg = _load_config(config_name)
-    paper = (cfg.recipe, cfg.agent.strategy, cfg.agent.prompt_format, cfg.env.action_space, cfg.loss.kind)
-    # Same recipe, context strategy, prompt format, action space and loss; a tiny model, engine and budget.
-    cfg.workdir = str(tmp_path)
-    cfg.multihost = False
-    cfg.model.source, cfg.model.path = "hf", str(Path(base.workdir) / "bc" / "hf")
-    cfg.model.dtype, cfg.model.param_dtype, cfg.model.remat = "float32", "float32", False
-    cfg.tasks.suite, cfg.tasks.train, cfg.env.text_mode = "miniwob", "click-button", "axtree"
-    cfg.env.text_budget_chars, cfg.env.num_browsers, cfg.env.contexts_per_browser = 600, 1, 4
-    cfg.tasks.difficulty_ratio = ""
-    cfg.rollout.horizon_schedule = ""
-    cfg.agent.max_steps, cfg.agent.max_new_tokens, cfg.agent.max_context_tokens = 2, 16, 1024
-    cfg.rollout.group_size = 2
-    cfg.rollout.groups_per_iteration, cfg.rollout.max_concurrent_groups = 1, 1
-    cfg.rollout.max_groups_per_iteration = 2
-    cfg.rollout.replay_samples = min(int(cfg.rollout.replay_samples), 8)
-    cfg.rollout.horizon_per_difficulty = ""
-    cfg.engine.type, cfg.engine.num_slots, cfg.engine.max_len = "jax", 4, 1024
-    cfg.train.seq_len, cfg.train.micro_batch, cfg.train.accum_steps, cfg.train.logits_chunk = 1024, 2, 1, 0
-    cfg.rl.iterations, cfg.rl.eval_every = 1, 0
-    cfg.log.progress = False
-    cfg = parse_config(cfg)
-    validate_config(cfg, 1)
-    assert (cfg.recipe, cfg.agent.strategy, cfg.agent.prompt_format, cfg.env.action_space, cfg.loss.kind) == paper
-    final, history = reinforcement_learning(cfg, None)
-    assert len(history) == 1 and (Path(final) / "config.json").exists()
-    m = history[0]["metrics"]
-    assert m["rollout/groups_tried"] >= 1 and m["rollout/episodes_tried"] >= 2
-    if m["train/samples_used"]:
-        assert math.isfinite(m["train/loss"])
+    cfg, _ = quick_run
+    work = Path(cfg.workdir)
+    out = tmp_path / "sft"
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxwebrl", "--config", str(ROOT / "configs" / "sft_webagent_r1.py"),
+         f"--config.workdir={out}", f"--config.data.train_files={work / 'demonstrations.jsonl'}",
+         f"--config.model.path={work / 'policy_init'}", "--config.model.dtype=float32", "--config.model.remat=false",
+         "--config.train.steps=3", "--config.train.seq_len=1024", "--config.train.micro_batch=4",
+         "--config.train.accum_steps=1", "--config.train.logits_chunk=0", "--config.log.progress=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads(proc.stdout.split("FINAL_METRICS ", 1)[1].splitlines()[0])
+    assert metrics["train/tokens_per_s"] > 0 and math.isfinite(metrics["train/loss"])
+    init = load_file(str(work / "policy_init" / "model.safetensors"))
+    trained = load_file(str(out / "hf" / "step_3" / "model.safetensors"))
+    assert any(not np.array_equal(init[k], trained[k]) for k in init)
 
 
 def test_eval_script_evaluates_hf_and_orbax_checkpoints(quick_run, tmp_path):

@@ -230,7 +230,9 @@ class OnlineRL:
             samples = [s for _, s in drawn]
             metrics.update({"replay/samples": float(len(drawn)), "replay/mean_age": float(np.mean(ages)) if ages else 0.0,
                             "replay/from_earlier_iterations": float(np.mean([a > 0 for a in ages])) if ages else 0.0})
-        demos = demonstration_samples(self.demos, run, it) if self.demos and samples else []
+        # a count per batch rides only beside rollout samples; a share of the file is part of the data itself
+        mixing = bool(self.demos) and bool(samples or run.rl.demonstration_share)
+        demos = demonstration_samples(self.demos, run, it) if mixing else []
         samples += demos
         metrics.update(recipe_stats)
         metrics.update(task_metrics(trajs, {t.task_id: t for t in self.train_tasks},
