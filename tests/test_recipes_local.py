@@ -1,8 +1,14 @@
-"""Every paper config's local variant trains for real: behaviour cloning on scripted demonstrations written in
-the paper's own grammar, then the paper's online loop with the BC policy (the JaxEngine sampling, real
-Chromium, MiniWoB++), exported; the smoke variant (`local=True, quick=True`) keeps the paper's recipe, context
-strategy, prompt format, action space, loss and normalisation (asserted). The paper-specific mechanisms are
-checked with a scripted policy in test_recipe_mechanisms.py; here the policy is the model being trained.
+"""A paper config's local variant trains for real: behaviour cloning on scripted demonstrations written in the
+paper's own grammar, then the paper's online loop on the BC policy's own rollouts (the JaxEngine sampling,
+real Chromium, MiniWoB++), exported. The smoke variant (`local=True, quick=True`) keeps the paper's recipe,
+context strategy, prompt format, action space, loss, normalisation, epochs, dynamic sampling and group size
+(asserted).
+
+Two configs run here, the two online loops that differ most: OpenWebRL (MM-GRPO, coordinate tool calls,
+format gate, dynamic sampling, two epochs) and WebGym (filtered REINFORCE, memory, replay); each costs a
+few minutes of CI. Every recipe's update and its paper mechanisms are tested with a scripted policy in
+test_recipe_mechanisms.py, every paper config's scale by the dry run, and the full local variant of each
+paper is measured in README.md.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ def load(name: str, **flags):
     return c
 
 
-@pytest.mark.parametrize("name", ["grpo_tpu", "grpo_openwebrl", "reinforce_webgym", "rft_browseragent"])
+@pytest.mark.parametrize("name", ["grpo_openwebrl", "reinforce_webgym"])
 def test_local_variant_trains(name, tmp_path):
     from jaxwebrl.recipes.main_job import run_main_job
 
@@ -50,18 +56,21 @@ def test_local_variant_trains(name, tmp_path):
     validate_config(run, 1)
     assert {k: _get(run, k) for k in IDENTITY} == {k: _get(paper, k) for k in IDENTITY}
     summary = run_main_job(run)
+    # BC learnt from demonstrations written in the paper's grammar (each parses as that grammar's action)
+    demos = [json.loads(line) for line in (tmp_path / "demonstrations.jsonl").read_text().splitlines()]
+    assert demos and all(turn["format_ok"] and turn["action"] for t in demos for turn in t["turns"])
+    bc_log = [json.loads(line) for line in (tmp_path / "bc" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert len(bc_log) == run.bc.steps and bc_log[-1]["bc/nll"] < 0.6 * bc_log[0]["bc/nll"]
+    # then the paper's online loop ran on the BC policy's own rollouts, every iteration, and exported
     history = [json.loads(line) for line in (tmp_path / "rl" / "history.jsonl").read_text().splitlines()]
     assert summary["iterations"] == len(history) == run.rl.iterations
+    assert all(h["metrics"]["rollout/episodes_tried"] >= run.rollout.group_size for h in history)
+    rollouts = [json.loads(line) for line in (tmp_path / "rl" / "rollouts.jsonl").read_text().splitlines()]
+    assert {r["metadata"]["iteration"] for r in rollouts} == set(range(run.rl.iterations))
+    # ... and trained on them: samples, a finite loss, parameters moved away from BC's
     trained = [h["metrics"] for h in history if h["metrics"]["train/samples_used"] > 0]
     assert trained, f"{name}: no iteration trained a sample: {[h['metrics'] for h in history]}"
     assert all(math.isfinite(m["train/loss"]) for m in trained)
-    # the BC policy spoke the paper's grammar: its rollouts parsed as actions at least once
-    rollouts = [json.loads(line) for line in (tmp_path / "rl" / "rollouts.jsonl").read_text().splitlines()]
-    assert any(turn["format_ok"] for t in rollouts for turn in t["turns"])
     bc = load_file(str(tmp_path / "bc" / "hf" / "model.safetensors"))
     rl = load_file(str(tmp_path / "rl" / "hf" / "model.safetensors"))
     assert any(not np.array_equal(bc[k], rl[k]) for k in bc), f"{name}: RL left every BC parameter unchanged"
-    # BrowserAgent's RFT mixes in 80% of the SFT data over the run; the other recipes mix none
-    mixed = sum(h["metrics"]["train/demonstration_groups"] for h in history)
-    demos = len((tmp_path / "demonstrations.jsonl").read_text().splitlines())
-    assert mixed == round(run.rl.demonstration_share * demos) and (mixed > 0) == (name == "rft_browseragent")

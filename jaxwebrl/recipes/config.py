@@ -33,7 +33,7 @@ class RLConfig:
     # Instead of a count per batch: this fraction of the demonstrations, a seeded subset spread evenly over the
     # iterations (BrowserAgent's RFT mixes its rollouts with 80% of the SFT data: 0.8).
     demonstration_share: float = 0.0
-    save_rollouts: bool = True  # every collected trajectory, rewarded, in <workdir>/rl/rollouts.jsonl
+    save_rollouts: bool = True  # every trajectory played (kept or not), rewarded, in <workdir>/rl/rollouts.jsonl
 
     def __post_init__(self) -> None:
         at_least("iterations", self.iterations, 0)

@@ -33,7 +33,7 @@ from jaxwebrl.engines.factory import make_engine
 from jaxwebrl.models import load_tokenizer
 from jaxwebrl.recipes.evaluate import EvalReport, evaluate
 from jaxwebrl.recipes.papers import get_recipe, run_samples
-from jaxwebrl.recipes.registry import accept_group
+from jaxwebrl.recipes.registry import accept_group, assign_rewards
 from jaxwebrl.rollout.collector import Collector, Group
 from jaxwebrl.rollout.suites import get_suite
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
@@ -41,7 +41,9 @@ from jaxwebrl.train.loop import Round
 from jaxwebrl.viewer import ViewerLog, episodes_from_trajectories, write_viewer
 
 VIEWER_LOG = "viewer_episodes.jsonl"  # in the workdir: the rollouts and evaluations the viewer shows
-ROLLOUTS = "rollouts.jsonl"  # beside history.jsonl: every collected trajectory, rewarded (data.kind='trajectories')
+# beside history.jsonl: every trajectory played, rewarded, with its iteration and whether its group trained
+# (data.kind='trajectories' trains on it again)
+ROLLOUTS = "rollouts.jsonl"
 
 
 def make_suite(run: Any) -> Any:
@@ -206,10 +208,16 @@ class OnlineRL:
         run = self.run
         t0 = time.perf_counter()
 
+        finished: list[Trajectory] = []  # every group played, kept or not (what rollouts.jsonl records)
+
         def accept(group: Group) -> bool:  # every finished group informs the task sampler, kept or not
             self.sampler.record(group.task_id, [bool(t.metadata.get("success")) for t in group.trajectories])
-            return accept_group(self.recipe, group.trajectories, dynamic_sampling=run.train.dynamic_sampling,
+            assign_rewards(self.recipe, group.trajectories, run.reward.source)
+            kept = accept_group(self.recipe, group.trajectories, dynamic_sampling=run.train.dynamic_sampling,
                                 reward_source=run.reward.source)
+            finished.extend(dataclasses.replace(t, metadata={**t.metadata, "iteration": it, "group_kept": kept})
+                            for t in group.trajectories)
+            return kept
 
         groups, stats = await self.collector.collect(
             self.sampler, num_groups=run.rollout.groups_per_iteration, accept=accept,
@@ -219,7 +227,7 @@ class OnlineRL:
         recipe_stats: dict[str, float] = {}
         samples = run_samples(run, trajs, reward_source=run.reward.source, stats=recipe_stats)
         if self.rollouts_file is not None:
-            await asyncio.to_thread(self._save_rollouts, trajs, it)
+            await asyncio.to_thread(self._save_rollouts, finished)
         await asyncio.to_thread(self.viewer_log.add_trajectories, trajs, f"{run.recipe} rollout", it,
                                 run.viewer.rollouts_per_iteration, seed=run.seed + it, max_chars=run.viewer.max_chars)
         metrics = episode_metrics(groups)
@@ -247,11 +255,10 @@ class OnlineRL:
         self._t_train = time.perf_counter()
         return Round(samples=samples, metrics=metrics)
 
-    def _save_rollouts(self, trajs: list[Trajectory], iteration: int) -> None:
+    def _save_rollouts(self, trajs: list[Trajectory]) -> None:
         assert self.rollouts_file is not None
         with self.rollouts_file.open("a") as f:
-            for t in trajs:
-                f.write(dataclasses.replace(t, metadata={**t.metadata, "iteration": iteration}).to_json() + "\n")
+            f.writelines(t.to_json() + "\n" for t in trajs)
 
     async def after_update(self, it: int, trainer: Any, metrics: dict[str, float]) -> None:
         """Weight sync to the engine, periodic evaluation, the iteration's history record."""
