@@ -101,3 +101,23 @@ def test_relative_url_keeps_other_origins():
     assert relative_url("http://127.0.0.1:9999/a", page) == "http://127.0.0.1:9999/a"
     assert relative_url("https://example.com/a", page) == "https://example.com/a"
     assert relative_url("mailto:x@y.z", page) == "mailto:x@y.z"
+
+
+def test_box_centres_in_the_axtree_aim_openwebrl_clicks(runner, pool, sites):
+    """`box_centres`: each interactive element in view shows its centre on the 0..1000 grid; an OpenWebRL
+    click at those numbers lands on that element (the text stand-in for the screenshot)."""
+    async def go():
+        cfg = EnvConfig(action_space="openwebrl", obs=ObsConfig(text_mode="axtree", box_centres=True),
+                        viewport=(1000, 600))
+        async with pool.episode(pg_task(sites), 0, cfg) as (env, obs):
+            shown = re.findall(r"\[(\d+)\] (\S+) .*? centre: \((\d+), (\d+)\)$", obs.text, re.M)
+            assert len(shown) >= 3
+            inview = {e.id: e for e in obs.elements if e.interactive and e.in_viewport}
+            assert {i for i, *_ in shown} == set(inview)
+            for eid, _, x, y in shown:
+                assert (int(x), int(y)) == inview[eid].normalised_centre((1000, 600))
+            box = next((eid, x, y) for eid, role, x, y in shown if role == "textbox")
+            r = await env.step(f'<tool_call>{{"name": "click", "arguments": {{"x": {box[1]}, "y": {box[2]}}}}}</tool_call>')
+            assert r.observation.metadata.focused is not None and r.observation.metadata.focused.startswith(f"[{box[0]}]")
+
+    runner.run(go())
