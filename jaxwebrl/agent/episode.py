@@ -22,6 +22,7 @@ from jaxwebrl.agent.limits import LockstepBarrier, OperationLimits
 from jaxwebrl.agent.prompts import PromptFormat, extract_tag, get_format
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.env import BrowserEnv, EnvError
+from jaxwebrl.browser.observation import observation_digest
 from jaxwebrl.browser.task import Task
 from jaxwebrl.data.records import Trajectory, Turn
 from jaxwebrl.engines.base import Engine, SamplingParams
@@ -204,7 +205,7 @@ async def _run_episode(
         turns.append(Turn(
             prompt_ids=list(rendered.ids), response_ids=list(gen.token_ids), response_logprobs=list(gen.logprobs),
             observation=current.observation.text, action=text, format_ok=format_ok,
-            observation_digest=str(hash(current.observation.text)),
+            observation_digest=observation_digest(current.observation),
         ))
         current.response_text, current.response_ids = text, tuple(gen.token_ids)
         current.action = "; ".join(a.raw for a in result.actions) if result.actions else text.strip()[:200]

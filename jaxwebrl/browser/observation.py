@@ -11,6 +11,7 @@ page always truncates the same way.
 
 from __future__ import annotations
 
+import hashlib
 import html as _html
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,15 @@ class Observation:
     metadata: PageMetadata | None = None
     truncated: bool = False
     elements: list[Element] = field(default_factory=list)
+
+
+def observation_digest(obs: Observation) -> str:
+    """A stable fingerprint of what the policy saw: the text's hash, plus the screenshot's when there is one
+    (WebGym's repetition filter compares screenshots; text-only runs compare the text)."""
+    digest = hashlib.sha1(obs.text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    if obs.screenshot:
+        digest += ":" + hashlib.sha1(obs.screenshot).hexdigest()[:16]
+    return digest
 
 
 def _fmt_value(v: Any) -> str:

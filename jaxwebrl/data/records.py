@@ -27,7 +27,7 @@ Turn
                                         from append-only prompts (prompt_j = prompt_{j-1} + response_{j-1} + new)
   observation        str    observation text (or a caption / hash for screenshots)
   action             str    the parsed action text
-  observation_digest str | None  hash of the observation (screenshot bytes); WebGym's repetition filter
+  observation_digest str | None  sha1 of the observation text (+ of its screenshot when taken); WebGym's repetition filter
                                  compares consecutive digests (falls back to `observation`)
   format_ok          bool   the response parsed (OpenWebRL format gate, BrowserAgent malformed filter)
 """
