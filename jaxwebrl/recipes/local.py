@@ -62,8 +62,8 @@ def local_overrides(name: str, **paper: Any) -> ml_collections.ConfigDict:
         rollout=dict(groups_per_iteration=4, max_concurrent_groups=2, max_groups_per_iteration=16),
         # a model trained from scratch in minutes needs a larger step than a pretrained 3-8B model's 1e-6
         optim=dict(lr=2e-4, schedule="constant", warmup_steps=0, max_grad_norm=1.0),
-        bc=dict(enabled=True, demonstration_seeds=40, vocab_size=1024, steps=200, lr=2e-3, micro_batch=8,
-                context_loss_weight=0.1, seq_len=2048),
+        bc=dict(enabled=True, demonstration_seeds=20, vocab_size=1024, steps=200, lr=2e-3, micro_batch=8,
+                context_loss_weight=0.1, seq_len=1024),
         rl=dict(iterations=6, eval_every=0),
         report=dict(enabled=True, eval_seeds=10),
         checkpoint=dict(every=0, keep=2, export_every=0),
