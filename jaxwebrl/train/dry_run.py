@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 
+from jaxwebrl.models.attention import check_attention_fits
 from jaxwebrl.sharding import make_mesh
 from jaxwebrl.train.optim import make_optimizer
 from jaxwebrl.train.step import StepConfig, lower_train_step
@@ -16,6 +17,7 @@ def dry_run(run: Any, sizes: dict[str, int]) -> dict[str, Any]:
     checked); return per-device memory (bytes) and step FLOPs."""
     mesh = make_mesh(sizes)
     mc = run.model.abstract_config()
+    check_attention_fits(mc, run.train.seq_len, sizes)
     tx, sched = make_optimizer(run.optim, run.train.steps)
     cfg = StepConfig(mc, run.loss, logits_chunk=run.train.logits_chunk)
     A, mb, T = run.train.accum_steps, run.train.micro_batch, run.train.seq_len
@@ -27,7 +29,7 @@ def dry_run(run: Any, sizes: dict[str, int]) -> dict[str, Any]:
     tokens = A * mb * T
     out = {
         "devices": len(jax.devices()), "device_kind": jax.devices()[0].device_kind, "mesh": dict(sizes),
-        "params": mc.num_params(), "layers": mc.num_layers, "batch": [A, mb, T], "tokens_per_step": tokens,
+        "params": mc.num_params(), "layers": mc.num_layers, "attention": mc.attention, "batch": [A, mb, T], "tokens_per_step": tokens,
         "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
         "temp_bytes": int(mem.temp_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
         "generated_code_bytes": int(mem.generated_code_size_in_bytes),
@@ -41,7 +43,8 @@ def dry_run(run: Any, sizes: dict[str, int]) -> dict[str, Any]:
 def format_report(r: dict[str, Any]) -> str:
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     return "\n".join([
-        f"dry run: {r['params'] / 1e9:.2f}B params, {r['layers']} layers, batch [accum, micro, T] = {r['batch']}",
+        f"dry run: {r['params'] / 1e9:.2f}B params, {r['layers']} layers, batch [accum, micro, T] = {r['batch']}, "
+        f"attention {r['attention']}",
         f"  devices {r['devices']} x {r['device_kind']}, mesh {r['mesh']}",
         f"  per device: arguments {gib(r['argument_bytes'])}, outputs {gib(r['output_bytes'])} "
         f"(aliased {gib(r['alias_bytes'])}), temporaries {gib(r['temp_bytes'])}, peak ~{gib(r['peak_bytes_estimate'])}",
