@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from typing import Any, Mapping
 
 from jaxwebrl.fields import FieldError, one_of
 from jaxwebrl.models.attention import ATTENTION_BACKENDS, LANE
 from jaxwebrl.models.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from jaxwebrl.models.hf_io import read_hf_config
+from jaxwebrl.models.known_shapes import KNOWN_SHAPES, known_shape
 from jaxwebrl.models.tiny import tiny_config
 
 SOURCES = ("tiny", "hf", "inline")
@@ -82,9 +84,15 @@ class ModelSetup:
 
     def abstract_config(self) -> ModelConfig:
         """The ModelConfig without loading any weights (the dry run): from the HF config.json, the tiny
-        family, or `shape`."""
+        family, or `shape`; an absent HF checkpoint by its name (`models.known_shapes`)."""
         if self.source == "inline":
             return self.model_config()
         if self.source == "tiny":
             return tiny_config(self.arch, **self.shape_overrides()).replace(**self.numerics)
+        if not os.path.isfile(os.path.join(self.path, "config.json")):  # dry run without the checkpoint
+            shape = known_shape(self.path)
+            if shape is None:
+                raise FieldError("path", f"{self.path!r} has no config.json and is not a known architecture",
+                                 f"point it at a HuggingFace checkpoint dir, or name one of {sorted(KNOWN_SHAPES)}")
+            return ModelConfig(**{**shape, **self.shape_overrides()}, **self.numerics)
         return ModelConfig.from_hf(read_hf_config(self.path), **self.numerics)
