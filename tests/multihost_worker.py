@@ -53,6 +53,7 @@ def host_batches(host: int) -> list[dict[str, np.ndarray]]:
             b["segment_ids"][r, :n] = 1
             b["positions"][r, :n] = np.arange(n)
             b["loss_mask"][r, 1:n] = 1
+            b["advantages"][r, 1:n] = 1.0  # SFT: weight 1 on every trained token
             b["norm_weight"][r, 1:n] = 1.0
             b["norm_denom"][r, 1:n] = 1.0
         out.append(b)
@@ -97,6 +98,8 @@ def main() -> None:
         report.update(restored_equal=all(jax.tree.leaves(same)), restored_step=int(np.asarray(restored["step"].addressable_data(0))),
                       restored_spec=str(wq.sharding.spec), addressable_shards=len(wq.addressable_shards), meta=meta)
         multihost_utils.sync_global_devices("done")
+    if NPROC == 1:
+        np.savez(f"{WORKDIR}/params_init.npz", **{jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(params)})
     if PID == 0:
         np.savez(f"{WORKDIR}/params_{'multi' if NPROC > 1 else 'single'}.npz", **flat)
     print("WORKER_REPORT " + json.dumps(report), flush=True)

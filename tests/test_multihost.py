@@ -56,15 +56,19 @@ def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
     # (b) host 0 held 2 batches of 128 tokens, host 1 one of 256: both ran 2 steps of 256
     assert [r["plan"] for r in outs] == [[256, 2], [256, 2]] and [r["steps"] for r in outs] == [2, 2]
     # (a) the losses (global, replicated) and the params equal the single-device run of the same global batches
-    assert outs[0]["losses"] == outs[1]["losses"]
+    assert outs[0]["losses"] == outs[1]["losses"] and min(ref["losses"]) > 1.0  # NLL of a 128-token vocabulary
     assert np.allclose(outs[0]["losses"], ref["losses"], rtol=1e-5), (outs[0]["losses"], ref["losses"])
     multi, one = np.load(tmp_path / "params_multi.npz"), np.load(tmp_path / "params_single.npz")
     assert sorted(multi.files) == sorted(one.files) and len(one.files) > 5
-    init_scale = max(float(np.abs(one[k]).max()) for k in one.files)
-    moved = max(float(np.abs(one[k] - multi[k]).max()) for k in one.files) / init_scale
-    assert moved < 5e-5, moved
+    init = np.load(tmp_path / "params_init.npz")
+    scale = max(float(np.abs(one[k]).max()) for k in one.files)
+    step_size = max(float(np.abs(one[k] - init[k]).max()) for k in one.files)
+    diff = max(float(np.abs(one[k] - multi[k]).max()) for k in one.files)
+    # Adam moved the params by ~lr per step; the two runs agree to fp32 reduction-order noise, far below that
+    print(f"losses {outs[0]['losses']} vs one device {ref['losses']}; params: step {step_size:.2e}, multi-vs-single {diff:.2e}")
+    assert step_size > 1e-3 and diff / scale < 5e-5 and diff < step_size / 100, (step_size, diff, scale)
     # (c) Orbax: saved from both processes, restored with the same sharding and values
     for r in outs:
         assert r["restored_equal"] and r["restored_step"] == 2, r
-        assert r["restored_spec"] == "PartitionSpec(None, 'fsdp', 'tensor', None)" and r["addressable_shards"] == 4, r
+        assert r["restored_spec"] == "P(None, 'fsdp', 'tensor', None)" and r["addressable_shards"] == 4, r
     assert (tmp_path / "ckpt" / "2").is_dir()
