@@ -39,12 +39,12 @@ def _batch() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tokens, pos.astype(np.int32), seg
 
 
-def _loss(cfg: ModelConfig, params, tokens, pos, seg) -> jax.Array:
+def _loss(cfg: ModelConfig, params, tokens, pos, seg) -> tuple[jax.Array, jax.Array]:
     logits, _ = forward(cfg, params, tokens, pos, seg)
     lp = jax.nn.log_softmax(logits)
     target = jnp.concatenate([tokens[:, 1:], tokens[:, :1]], axis=1)
     picked = jnp.take_along_axis(lp, target[..., None], axis=-1)[..., 0]
-    return -(picked * (seg > 0)).sum() / (seg > 0).sum()
+    return -(picked * (seg > 0)).sum() / (seg > 0).sum(), logits
 
 
 def _rel(a, b) -> float:
@@ -54,11 +54,9 @@ def _rel(a, b) -> float:
 def test_splash_equals_xla_forward_and_gradients():
     params = init_params(CFG, jax.random.key(0))
     tokens, pos, seg = _batch()
-    ref_logits, _ = jax.jit(lambda p: forward(CFG, p, tokens, pos, seg))(params)
-    ref_grads = jax.jit(jax.grad(lambda p: _loss(CFG, p, tokens, pos, seg)))(params)
-    splash = CFG.replace(attention="splash")
-    logits, _ = jax.jit(lambda p: forward(splash, p, tokens, pos, seg))(params)
-    grads = jax.jit(jax.grad(lambda p: _loss(splash, p, tokens, pos, seg)))(params)
+    run = lambda cfg: jax.jit(jax.grad(lambda p: _loss(cfg, p, tokens, pos, seg), has_aux=True))(params)  # noqa: E731
+    ref_grads, ref_logits = run(CFG)
+    grads, logits = run(CFG.replace(attention="splash"))
     real = seg > 0
     assert real.sum() == 456 and float(jnp.abs(ref_logits).max()) > 0
     fwd = float(jnp.abs(logits - ref_logits)[real].max())
