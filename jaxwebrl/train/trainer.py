@@ -26,6 +26,7 @@ import numpy as np
 from jaxwebrl.data.pipeline import Batch, DataIterator, bucket_length, pack_samples, power_of_two_buckets, to_device
 from jaxwebrl.data.samples import Sample
 from jaxwebrl.models import ModelConfig, export_hf, init_params, load_hf
+from jaxwebrl.models.attention import check_attention_fits
 from jaxwebrl.models.setup import ModelSetup
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
 from jaxwebrl.sharding import make_mesh
@@ -80,6 +81,7 @@ class Trainer:
         else:
             assert model_cfg is not None, "pass model_cfg with params"
             self.model_cfg, self.tokenizer_dir = model_cfg, tokenizer_dir
+        check_attention_fits(self.model_cfg, config.train.seq_len, dict(self.mesh.shape))  # kernel vs mesh and length
         self.loss_cfg = config.loss
         self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=config.train.logits_chunk)
         self.tx, self.schedule, self._step, self._score = _compiled_fns(
