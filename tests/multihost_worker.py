@@ -6,7 +6,10 @@ through `jax.distributed.initialize` on loopback, and on the 8-device mesh (data
       hosts hold different numbers and lengths of batches, pads, and runs the agreed steps;
   (a) those sharded steps: the params are written to WORKDIR/params_multi.npz for comparison with
       NUM_PROCESSES=1, which runs the same global batches on one device (WORKDIR/params_single.npz);
-  (c) saves the state with the project's Orbax Checkpointer from both processes and restores it.
+  (c) saves the state with the project's Orbax Checkpointer from both processes and restores it;
+  (d) runs `Trainer.train_on_samples` on one rollout batch per host of different sizes and lengths (host 0:
+      ten short samples with the sampler's logprobs, host 1: one long sample without), which must agree and
+      finish on both hosts with the same global metrics.
 """
 
 from __future__ import annotations
@@ -60,6 +63,37 @@ def host_batches(host: int) -> list[dict[str, np.ndarray]]:
     return out
 
 
+def trainer_round() -> dict:
+    """(d): one GRPO update through the Trainer from host-local samples of different counts and lengths."""
+    from jaxwebrl.config import default_config, parse_config
+    from jaxwebrl.data.samples import Sample
+    from jaxwebrl.train.trainer import Trainer
+
+    c = default_config()
+    c.workdir = f"{WORKDIR}/run"
+    c.model.source = "inline"
+    c.model.shape = {k: getattr(MC, k) for k in ("architecture", "vocab_size", "hidden_size", "intermediate_size",
+                                                 "num_layers", "num_heads", "num_kv_heads", "head_dim", "qk_norm")}
+    c.mesh = {"data": 2, "fsdp": 4, "tensor": 1}
+    c.train.seq_len, c.train.micro_batch, c.train.accum_steps, c.train.epochs = 256, 8, 1, 1
+    c.loss.kind = "grpo"
+    trainer = Trainer(parse_config(c), checkpointing=False)
+    rng = np.random.default_rng(7 + PID)
+    lengths = [int(n) for n in rng.integers(40, 100, 10)] if PID == 0 else [200]
+    samples = []
+    for n in lengths:
+        mask = np.zeros(n, np.int32)
+        mask[n // 2:] = 1
+        samples.append(Sample(tokens=rng.integers(0, MC.vocab_size, n).astype(np.int32), loss_mask=mask,
+                              advantages=np.where(mask, rng.normal(), 0.0).astype(np.float32),
+                              old_logprobs=np.where(mask, -4.0, 0.0).astype(np.float32),
+                              norm_weight=mask.astype(np.float32), norm_denom=mask.astype(np.float32),
+                              has_old_logprobs=PID == 0))
+    m = trainer.train_on_samples(samples)
+    return {"optimizer_steps": m["optimizer_steps"], "seq_len": m["seq_len"], "loss": m["loss"],
+            "tokens": m["tokens"], "samples": m["samples"]}
+
+
 def main() -> None:
     tx, sched = make_optimizer(OptimConfig(lr=1e-3, max_grad_norm=0.0), 10)
     cfg = StepConfig(MC, LossConfig(kind="sft"))
@@ -97,6 +131,7 @@ def main() -> None:
         wq = restored["params"]["layers"]["wq"]
         report.update(restored_equal=all(jax.tree.leaves(same)), restored_step=int(np.asarray(restored["step"].addressable_data(0))),
                       restored_spec=str(wq.sharding.spec), addressable_shards=len(wq.addressable_shards), meta=meta)
+        report["trainer"] = trainer_round()
         multihost_utils.sync_global_devices("done")
     if NPROC == 1:
         np.savez(f"{WORKDIR}/params_init.npz", **{jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(params)})

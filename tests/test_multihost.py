@@ -1,7 +1,7 @@
 """Two real JAX processes on loopback (4 fake CPU devices each, gloo collectives), see multihost_worker.py:
 the hosts agree on one round's shape (different local batch counts and lengths), the sharded steps over
 both processes give the params of the same global batches on one device, and Orbax saves and restores the
-sharded state from both processes."""
+sharded state from both processes; `Trainer.train_on_samples` runs one round whose samples differ by host."""
 
 from __future__ import annotations
 
@@ -72,3 +72,9 @@ def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
         assert r["restored_equal"] and r["restored_step"] == 2, r
         assert r["restored_spec"] == "P(None, 'fsdp', 'tensor', None)" and r["addressable_shards"] == 4, r
     assert (tmp_path / "ckpt" / "2").is_dir()
+    # (d) the Trainer agreed on one round: host 0's ten short samples, host 1's one long one, same global steps
+    t0, t1 = outs[0]["trainer"], outs[1]["trainer"]
+    print("trainer round", t0, t1)
+    assert (t0["samples"], t1["samples"]) == (10, 1)
+    assert t0["seq_len"] == t1["seq_len"] == 256 and t0["optimizer_steps"] == t1["optimizer_steps"] >= 2
+    assert t0["loss"] == t1["loss"] and t0["tokens"] == t1["tokens"] > 0

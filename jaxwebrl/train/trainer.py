@@ -182,11 +182,12 @@ class Trainer:
         seq_len = bucket_length(max((len(s) for s in samples), default=1), buckets)
         key = jax.random.fold_in(jax.random.wrap_key_data(jax.device_get(self.state["rng"])), self.step)
         seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-        host = pack_samples(samples, seq_len, self.rows, seed=seed, mode=self.config.data.mode) if samples else []
+        rows = self.rows // jax.process_count()  # this host's rows of each global batch
+        host = pack_samples(samples, seq_len, rows, seed=seed, mode=self.config.data.mode) if samples else []
         has_old = all(s.has_old_logprobs for s in samples)
         if multihost:  # every host must run the same steps on the same shapes (jaxwebrl.train.hosts)
             plan = agree_round(seq_len, len(host), has_old)
-            host, seq_len, has_old = conform(host, plan, self.rows), plan.seq_len, not plan.recompute_old_logprobs
+            host, seq_len, has_old = conform(host, plan, rows), plan.seq_len, not plan.recompute_old_logprobs
         prepared = [self._prepare(b, has_old) for b in host]  # old/ref logprobs with the pre-update policy
         real = [int((b["segment_ids"] > 0).sum()) for b in host]
         rng = np.random.default_rng(seed)
