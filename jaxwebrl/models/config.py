@@ -144,6 +144,8 @@ class ModelConfig:
     param_dtype: str = "float32"
     remat: bool = False
     scan_layers: bool = True
+    attention: str = "xla"  # cache-free attention backend: xla | splash (TPU Pallas) | cudnn (models.attention)
+    attention_block: int = 512  # splash: query/key block (a multiple of 128 dividing the sequence length)
     # Extra HF config fields we do not interpret, carried through export unchanged.
     hf_extra: tuple[tuple[str, Any], ...] = ()
 
@@ -166,6 +168,12 @@ class ModelConfig:
                 f"hidden_act={self.hidden_act!r} is not implemented; supported: {sorted(ACTIVATIONS)}"
             )
         _check_rope(self.rope_scaling_dict)
+        from jaxwebrl.models.attention import ATTENTION_BACKENDS, LANE
+
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention={self.attention!r}: use one of {ATTENTION_BACKENDS}")
+        if self.attention_block < LANE or self.attention_block % LANE:
+            raise ValueError(f"attention_block={self.attention_block}: use a positive multiple of {LANE}")
 
     @property
     def rope_scaling_dict(self) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from flax import nnx
 
 from jaxwebrl.models.config import ModelConfig
 from jaxwebrl.models.activations import activation
+from jaxwebrl.models.attention import kernel_attention
 from jaxwebrl.models.mrope import rotate
 from jaxwebrl.models.rope import apply_rope, attention_scaling, inverse_frequencies
 from jaxwebrl.sharding import constrain
@@ -167,17 +168,18 @@ def _layer(
     p: Params,
     x: jax.Array,
     positions: jax.Array,
-    mask: jax.Array,
+    mask: jax.Array | None,
     inv_freq: np.ndarray,
     cache: KVCache | None,
     layer: jax.Array | int,
     attend_len: int | None,
     rope_angles: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
     """One pre-norm block: x + attn(norm(x)), then + act(gate) * up (SwiGLU with the default hidden_act). p holds
     this layer's slices; `cache` is the whole [layers, ...] cache, of which this block writes and reads index
     `layer`. `rope_angles` [B, T, hd/2] (M-RoPE) replace the angles from `positions`, which then only index
-    the cache."""
+    the cache. `mask` is None when a kernel backend (`cfg.attention`) attends by `segment_ids` instead."""
     dt = x.dtype
     h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
     q = jnp.einsum("btd,dhk->bthk", h, p["wq"].astype(dt))
@@ -204,7 +206,10 @@ def _layer(
         }
         k, v = (jax.lax.dynamic_index_in_dim(cache[n], layer, 0, keepdims=False)[:, :, :attend_len].astype(dt)
                 for n in "kv")
-    attn = _attention(q, k, v, mask, cfg.num_kv_heads, heads_first=cache is not None)
+    if mask is None:
+        attn = kernel_attention(cfg, q, k, v, segment_ids)
+    else:
+        attn = _attention(q, k, v, mask, cfg.num_kv_heads, heads_first=cache is not None)
     out = jnp.einsum("bthk,hkd->btd", attn, p["wo"].astype(dt))
     if cfg.o_bias:
         out = out + p["bo"].astype(dt)
@@ -259,12 +264,13 @@ def hidden_states(
     x = constrain(x, ("activation_batch", "activation_length", "activation_embed"))
     if cache is not None and attend_len is None:
         attend_len = cache["k"].shape[3]
-    mask = attention_mask(positions, segment_ids, attend_len)
+    use_kernel = cache is None and cfg.attention != "xla"
+    mask = None if use_kernel else attention_mask(positions, segment_ids, attend_len)
     inv_freq = inverse_frequencies(cfg)
 
     def body(carry: tuple[jax.Array, KVCache | None], layer: tuple[Params, jax.Array]) -> tuple[Any, None]:
         (h, c), (p, i) = carry, layer
-        h, c = _layer(cfg, p, h, positions, mask, inv_freq, c, i, attend_len, rope_angles)
+        h, c = _layer(cfg, p, h, positions, mask, inv_freq, c, i, attend_len, rope_angles, segment_ids)
         if layer_residuals is not None:
             n = layer_residuals.shape[0]
             extra = jax.lax.dynamic_index_in_dim(layer_residuals, jnp.minimum(i, n - 1), 0, keepdims=False)

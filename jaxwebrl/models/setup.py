@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from typing import Any, Mapping
 
 from jaxwebrl.fields import FieldError, one_of
+from jaxwebrl.models.attention import ATTENTION_BACKENDS, LANE
 from jaxwebrl.models.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from jaxwebrl.models.hf_io import read_hf_config
+from jaxwebrl.models.known_shapes import KNOWN_SHAPES, known_shape
 from jaxwebrl.models.tiny import tiny_config
 
 SOURCES = ("tiny", "hf", "inline")
@@ -32,6 +35,10 @@ class ModelSetup:
     param_dtype: str = "float32"  # master weights
     remat: bool = False
     scan_layers: bool = True
+    # Attention of the training / scoring forward: xla (blocked, any device) | splash (TPU Pallas flash kernel;
+    # interpret mode on CPU) | cudnn (GPU cuDNN flash attention). The sampler's cached decode always uses xla.
+    attention: str = "xla"
+    attention_block: int = 512  # splash: block size, a multiple of 128 that divides train.seq_len
     ref_path: str = ""  # frozen reference model (loss.beta > 0); '' = the initial policy
 
     def __post_init__(self) -> None:
@@ -39,6 +46,13 @@ class ModelSetup:
         one_of("arch", self.arch, tuple(SUPPORTED_ARCHITECTURES.values()))
         one_of("dtype", self.dtype, DTYPES)
         one_of("param_dtype", self.param_dtype, DTYPES)
+        one_of("attention", self.attention, ATTENTION_BACKENDS)
+        if self.attention_block < LANE or self.attention_block % LANE:
+            raise FieldError("attention_block", f"{self.attention_block} is not a positive multiple of {LANE}",
+                             f"use a multiple of {LANE}, e.g. 512")
+        if self.attention == "cudnn" and self.dtype == "float32":
+            raise FieldError("dtype", "float32 with attention='cudnn' (cuDNN flash attention needs half precision)",
+                             "set model.dtype='bfloat16'")
         for k in self.shape:
             if k not in _SHAPE_FIELDS:
                 near = difflib.get_close_matches(k, _SHAPE_FIELDS, 1)
@@ -51,7 +65,8 @@ class ModelSetup:
 
     @property
     def numerics(self) -> dict[str, Any]:
-        return dict(dtype=self.dtype, param_dtype=self.param_dtype, remat=self.remat, scan_layers=self.scan_layers)
+        return dict(dtype=self.dtype, param_dtype=self.param_dtype, remat=self.remat, scan_layers=self.scan_layers,
+                    attention=self.attention, attention_block=self.attention_block)
 
     def shape_overrides(self) -> dict[str, Any]:
         """`shape` as ModelConfig keyword arguments (config lists become the tuples ModelConfig hashes)."""
@@ -69,9 +84,15 @@ class ModelSetup:
 
     def abstract_config(self) -> ModelConfig:
         """The ModelConfig without loading any weights (the dry run): from the HF config.json, the tiny
-        family, or `shape`."""
+        family, or `shape`; an absent HF checkpoint by its name (`models.known_shapes`)."""
         if self.source == "inline":
             return self.model_config()
         if self.source == "tiny":
             return tiny_config(self.arch, **self.shape_overrides()).replace(**self.numerics)
+        if not os.path.isfile(os.path.join(self.path, "config.json")):  # dry run without the checkpoint
+            shape = known_shape(self.path)
+            if shape is None:
+                raise FieldError("path", f"{self.path!r} has no config.json and is not a known architecture",
+                                 f"point it at a HuggingFace checkpoint dir, or name one of {sorted(KNOWN_SHAPES)}")
+            return ModelConfig(**{**shape, **self.shape_overrides()}, **self.numerics)
         return ModelConfig.from_hf(read_hf_config(self.path), **self.numerics)

@@ -6,33 +6,42 @@ from typing import Any
 
 import jax
 
+from jaxwebrl.models.attention import check_attention_fits
 from jaxwebrl.sharding import make_mesh
 from jaxwebrl.train.optim import make_optimizer
 from jaxwebrl.train.step import StepConfig, lower_train_step
 
 
-def dry_run(run: Any, sizes: dict[str, int]) -> dict[str, Any]:
+def dry_run(run: Any, sizes: dict[str, int], compile: bool = True) -> dict[str, Any]:
     """Compile the step of a `RunConfig` on the devices that exist (mesh sizes already resolved and
-    checked); return per-device memory (bytes) and step FLOPs."""
+    checked); return per-device memory (bytes) and step FLOPs. `compile=False` only lowers (traces and
+    emits the sharded program: shapes, shardings and kernels check out; no memory figures)."""
     mesh = make_mesh(sizes)
     mc = run.model.abstract_config()
+    check_attention_fits(mc, run.train.seq_len, sizes)
     tx, sched = make_optimizer(run.optim, run.train.steps)
     cfg = StepConfig(mc, run.loss, logits_chunk=run.train.logits_chunk)
     A, mb, T = run.train.accum_steps, run.train.micro_batch, run.train.seq_len
+    tokens = A * mb * T
+    base = {
+        "devices": len(jax.devices()), "device_kind": jax.devices()[0].device_kind, "mesh": dict(sizes),
+        "params": mc.num_params(), "layers": mc.num_layers, "attention": mc.attention, "batch": [A, mb, T],
+        "tokens_per_step": tokens, "model_flops_per_step": mc.flops_per_token(T) * tokens,
+    }
+    if not compile:
+        lowered = lower_train_step(cfg, tx, mesh, A, mb, T, sched, compile=False)
+        return {**base, "compiled": False, "lowered_chars": len(lowered.as_text())}
     compiled = lower_train_step(cfg, tx, mesh, A, mb, T, sched)
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     flops = float((cost or {}).get("flops", 0.0))
-    tokens = A * mb * T
     out = {
-        "devices": len(jax.devices()), "device_kind": jax.devices()[0].device_kind, "mesh": dict(sizes),
-        "params": mc.num_params(), "layers": mc.num_layers, "batch": [A, mb, T], "tokens_per_step": tokens,
+        **base, "compiled": True,
         "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
         "temp_bytes": int(mem.temp_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
         "generated_code_bytes": int(mem.generated_code_size_in_bytes),
         "xla_flops_per_device": flops,
-        "model_flops_per_step": mc.flops_per_token(T) * tokens,
     }
     out["peak_bytes_estimate"] = out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"] + out["temp_bytes"]
     return out
@@ -41,7 +50,8 @@ def dry_run(run: Any, sizes: dict[str, int]) -> dict[str, Any]:
 def format_report(r: dict[str, Any]) -> str:
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     return "\n".join([
-        f"dry run: {r['params'] / 1e9:.2f}B params, {r['layers']} layers, batch [accum, micro, T] = {r['batch']}",
+        f"dry run: {r['params'] / 1e9:.2f}B params, {r['layers']} layers, batch [accum, micro, T] = {r['batch']}, "
+        f"attention {r['attention']}",
         f"  devices {r['devices']} x {r['device_kind']}, mesh {r['mesh']}",
         f"  per device: arguments {gib(r['argument_bytes'])}, outputs {gib(r['output_bytes'])} "
         f"(aliased {gib(r['alias_bytes'])}), temporaries {gib(r['temp_bytes'])}, peak ~{gib(r['peak_bytes_estimate'])}",

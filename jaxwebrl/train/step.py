@@ -230,10 +230,11 @@ def make_score_fn(cfg: StepConfig, mesh: Mesh) -> Callable[[Any, dict[str, jax.A
 
 
 def lower_train_step(cfg: StepConfig, tx: optax.GradientTransformation, mesh: Mesh, accum: int, micro_batch: int,
-                     seq_len: int, schedule: optax.Schedule | None = None) -> Any:
-    """Lower and compile the step against abstract state and batch (no weights allocated)."""
+                     seq_len: int, schedule: optax.Schedule | None = None, compile: bool = True) -> Any:
+    """Lower and (unless `compile=False`) compile the step against abstract state and batch (no weights
+    allocated): the Compiled, or the Lowered program."""
     step = make_train_step(cfg, tx, mesh, schedule)
     with jax.set_mesh(mesh):
         lowered = step.lower(abstract_state(cfg.model, tx, mesh),
                              abstract_batch(mesh, accum, micro_batch, seq_len, cfg.loss.needs_reference))
-        return lowered.compile()
+        return lowered.compile() if compile else lowered

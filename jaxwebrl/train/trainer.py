@@ -26,10 +26,12 @@ import numpy as np
 from jaxwebrl.data.pipeline import Batch, DataIterator, bucket_length, pack_samples, power_of_two_buckets, to_device
 from jaxwebrl.data.samples import Sample
 from jaxwebrl.models import ModelConfig, export_hf, init_params, load_hf
+from jaxwebrl.models.attention import check_attention_fits
 from jaxwebrl.models.setup import ModelSetup
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
 from jaxwebrl.sharding import make_mesh
 from jaxwebrl.train.checkpoint import Checkpointer, model_config_to_json
+from jaxwebrl.train.hosts import agree_round, conform
 from jaxwebrl.train.metrics import MetricsWriter, mfu, peak_flops_per_chip
 from jaxwebrl.train.optim import OptimConfig, make_optimizer
 from jaxwebrl.train.step import (
@@ -79,6 +81,7 @@ class Trainer:
         else:
             assert model_cfg is not None, "pass model_cfg with params"
             self.model_cfg, self.tokenizer_dir = model_cfg, tokenizer_dir
+        check_attention_fits(self.model_cfg, config.train.seq_len, dict(self.mesh.shape))  # kernel vs mesh and length
         self.loss_cfg = config.loss
         self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=config.train.logits_chunk)
         self.tx, self.schedule, self._step, self._score = _compiled_fns(
@@ -170,15 +173,21 @@ class Trainer:
 
     def train_on_samples(self, samples: Sequence[Sample], epochs: int | None = None) -> dict[str, float]:
         """PPO-style update on one rollout batch; see the module docstring. Returns mean metrics."""
-        if not samples:
+        multihost = jax.process_count() > 1
+        if not samples and not multihost:
             raise ValueError("train_on_samples got no samples (all filtered out?)")
         epochs = int(epochs or self.config.train.epochs)
         max_len = int(self.config.train.seq_len)
-        seq_len = bucket_length(max(len(s) for s in samples), power_of_two_buckets(max_len, min(128, max_len)))
+        buckets = power_of_two_buckets(max_len, min(128, max_len))
+        seq_len = bucket_length(max((len(s) for s in samples), default=1), buckets)
         key = jax.random.fold_in(jax.random.wrap_key_data(jax.device_get(self.state["rng"])), self.step)
         seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-        host = pack_samples(samples, seq_len, self.rows, seed=seed, mode=self.config.data.mode)
+        rows = self.rows // jax.process_count()  # this host's rows of each global batch
+        host = pack_samples(samples, seq_len, rows, seed=seed, mode=self.config.data.mode) if samples else []
         has_old = all(s.has_old_logprobs for s in samples)
+        if multihost:  # every host must run the same steps on the same shapes (jaxwebrl.train.hosts)
+            plan = agree_round(seq_len, len(host), has_old)
+            host, seq_len, has_old = conform(host, plan, rows), plan.seq_len, not plan.recompute_old_logprobs
         prepared = [self._prepare(b, has_old) for b in host]  # old/ref logprobs with the pre-update policy
         real = [int((b["segment_ids"] > 0).sum()) for b in host]
         rng = np.random.default_rng(seed)
@@ -191,7 +200,7 @@ class Trainer:
                 history.append(m)
         out = {k: float(np.mean([h[k] for h in history if k in h])) for k in history[0]}
         out.update(optimizer_steps=len(history), epochs=epochs, samples=len(samples), seq_len=seq_len,
-                   staleness=float(np.mean([self.step - s.policy_version for s in samples])))
+                   staleness=float(np.mean([self.step - s.policy_version for s in samples])) if samples else 0.0)
         self.last_metrics = out
         return out
 

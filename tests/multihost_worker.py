@@ -1,0 +1,146 @@
+"""One process of tests/test_multihost.py: `multihost_worker.py PROCESS_ID NUM_PROCESSES PORT WORKDIR`.
+
+With NUM_PROCESSES=2 each process owns 4 fake CPU devices (XLA_FLAGS set by the launcher), joins the other
+through `jax.distributed.initialize` on loopback, and on the 8-device mesh (data=2, fsdp=4):
+  (b) agrees with the other host on the round's shape (jaxwebrl.train.hosts: one allgather) although the
+      hosts hold different numbers and lengths of batches, pads, and runs the agreed steps;
+  (a) those sharded steps: the params are written to WORKDIR/params_multi.npz for comparison with
+      NUM_PROCESSES=1, which runs the same global batches on one device (WORKDIR/params_single.npz);
+  (c) saves the state with the project's Orbax Checkpointer from both processes and restores it;
+  (d) runs `Trainer.train_on_samples` on one rollout batch per host of different sizes and lengths (host 0:
+      ten short samples with the sampler's logprobs, host 1: one long sample without), which must agree and
+      finish on both hosts with the same global metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+PID, NPROC, PORT, WORKDIR = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+
+import jax  # noqa: E402
+
+if NPROC > 1:
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROC, process_id=PID,
+                               initialization_timeout=60, heartbeat_timeout_seconds=20, shutdown_timeout_seconds=30)
+
+from jax.experimental import multihost_utils  # noqa: E402
+
+from jaxwebrl.data.pipeline import empty_rows, to_device  # noqa: E402
+from jaxwebrl.models import ModelConfig, init_params  # noqa: E402
+from jaxwebrl.sharding import make_mesh  # noqa: E402
+from jaxwebrl.train.checkpoint import Checkpointer  # noqa: E402
+from jaxwebrl.train.hosts import RoundPlan, agree_round, conform  # noqa: E402
+from jaxwebrl.train.losses import LossConfig  # noqa: E402
+from jaxwebrl.train.optim import OptimConfig, make_optimizer  # noqa: E402
+from jaxwebrl.train.step import StepConfig, abstract_state, init_state, make_train_step  # noqa: E402
+
+MC = ModelConfig(architecture="qwen3", vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=2,
+                 num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
+ROWS_PER_HOST = 4  # micro_batch 8 over 2 hosts, accum 1
+
+
+def host_batches(host: int) -> list[dict[str, np.ndarray]]:
+    """What each host's rollouts packed into: host 0 two batches of 128 tokens, host 1 one of 256."""
+    rng = np.random.default_rng(100 + host)
+    shapes = [128, 128] if host == 0 else [256]
+    out = []
+    for T in shapes:
+        b = empty_rows(ROWS_PER_HOST, T)
+        for r in range(ROWS_PER_HOST):
+            n = int(rng.integers(T // 2, T + 1))
+            b["tokens"][r, :n] = rng.integers(0, MC.vocab_size, n)
+            b["segment_ids"][r, :n] = 1
+            b["positions"][r, :n] = np.arange(n)
+            b["loss_mask"][r, 1:n] = 1
+            b["advantages"][r, 1:n] = 1.0  # SFT: weight 1 on every trained token
+            b["norm_weight"][r, 1:n] = 1.0
+            b["norm_denom"][r, 1:n] = 1.0
+        out.append(b)
+    return out
+
+
+def trainer_round() -> dict:
+    """(d): one GRPO update through the Trainer from host-local samples of different counts and lengths."""
+    from jaxwebrl.config import default_config, parse_config
+    from jaxwebrl.data.samples import Sample
+    from jaxwebrl.train.trainer import Trainer
+
+    c = default_config()
+    c.workdir = f"{WORKDIR}/run"
+    c.model.source = "inline"
+    c.model.shape = {k: getattr(MC, k) for k in ("architecture", "vocab_size", "hidden_size", "intermediate_size",
+                                                 "num_layers", "num_heads", "num_kv_heads", "head_dim", "qk_norm")}
+    c.mesh = {"data": 2, "fsdp": 4, "tensor": 1}
+    c.train.seq_len, c.train.micro_batch, c.train.accum_steps, c.train.epochs = 256, 8, 1, 1
+    c.loss.kind = "grpo"
+    trainer = Trainer(parse_config(c), checkpointing=False)
+    rng = np.random.default_rng(7 + PID)
+    lengths = [int(n) for n in rng.integers(40, 100, 10)] if PID == 0 else [200]
+    samples = []
+    for n in lengths:
+        mask = np.zeros(n, np.int32)
+        mask[n // 2:] = 1
+        samples.append(Sample(tokens=rng.integers(0, MC.vocab_size, n).astype(np.int32), loss_mask=mask,
+                              advantages=np.where(mask, rng.normal(), 0.0).astype(np.float32),
+                              old_logprobs=np.where(mask, -4.0, 0.0).astype(np.float32),
+                              norm_weight=mask.astype(np.float32), norm_denom=mask.astype(np.float32),
+                              has_old_logprobs=PID == 0))
+    m = trainer.train_on_samples(samples)
+    return {"optimizer_steps": m["optimizer_steps"], "seq_len": m["seq_len"], "loss": m["loss"],
+            "tokens": m["tokens"], "samples": m["samples"]}
+
+
+def main() -> None:
+    tx, sched = make_optimizer(OptimConfig(lr=1e-3, max_grad_norm=0.0), 10)
+    cfg = StepConfig(MC, LossConfig(kind="sft"))
+    params = jax.tree.map(np.asarray, init_params(MC, jax.random.key(0)))
+    if NPROC > 1:
+        assert len(jax.devices()) == 8 and len(jax.local_devices()) == 4 and jax.process_count() == 2
+        mesh = make_mesh({"data": 2, "fsdp": 4, "tensor": 1})
+        local = host_batches(PID)
+        plan = agree_round(max(b["tokens"].shape[1] for b in local), len(local), True)  # (b): one allgather
+        batches = conform(local, plan, ROWS_PER_HOST)
+    else:  # the same global batches on one device: rows of host 0, then host 1 (the mesh's device order)
+        mesh = make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])
+        plan = RoundPlan(256, 2, False)
+        per_host = [conform(host_batches(h), plan, ROWS_PER_HOST) for h in range(2)]
+        batches = [{k: np.concatenate([per_host[0][i][k], per_host[1][i][k]]) for k in per_host[0][i]}
+                   for i in range(plan.num_batches)]
+    state = init_state(params, tx, mesh, MC)
+    step = make_train_step(cfg, tx, mesh, sched)
+    losses = []
+    for b in batches:
+        with jax.set_mesh(mesh):
+            state, m = step(state, to_device(b, mesh, 1))
+        losses.append(float(m["loss"]))
+    gathered = multihost_utils.process_allgather(state["params"], tiled=True) if NPROC > 1 else jax.device_get(state["params"])
+    flat = {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(gathered)}
+    report = {"plan": [plan.seq_len, plan.num_batches], "steps": len(losses), "losses": losses}
+    if NPROC > 1:  # (c) Orbax save from both processes, restore into the same shardings
+        ckpt = Checkpointer(f"{WORKDIR}/ckpt", async_save=True)
+        ckpt.save(len(losses), state, {"host": PID}, {"note": "multihost test"})
+        ckpt.wait()
+        restored, _, meta = ckpt.restore(abstract_state(MC, tx, mesh))
+        ckpt.close()
+        same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))),
+                            multihost_utils.process_allgather(restored["params"], tiled=True), gathered)
+        wq = restored["params"]["layers"]["wq"]
+        report.update(restored_equal=all(jax.tree.leaves(same)), restored_step=int(np.asarray(restored["step"].addressable_data(0))),
+                      restored_spec=str(wq.sharding.spec), addressable_shards=len(wq.addressable_shards), meta=meta)
+        report["trainer"] = trainer_round()
+        multihost_utils.sync_global_devices("done")
+    if NPROC == 1:
+        np.savez(f"{WORKDIR}/params_init.npz", **{jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(params)})
+    if PID == 0:
+        np.savez(f"{WORKDIR}/params_{'multi' if NPROC > 1 else 'single'}.npz", **flat)
+    print("WORKER_REPORT " + json.dumps(report), flush=True)
+    if NPROC > 1:
+        jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()
