@@ -33,6 +33,8 @@ def get_config():
     c.model.param_dtype = "float32"
     c.model.remat = True
     c.model.scan_layers = True
+    # TPU Pallas splash attention: 16k rows fit a v5e chip on a 32-chip slice (BUILD.md, dry-run memory)
+    c.model.attention = "splash"
     c.data.kind = "online"  # rollouts from browsers (the local sites here; WebArena-Lite on a real setup)
     c.data.synthetic = False
     c.data.per = "trajectory"

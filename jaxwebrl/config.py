@@ -44,6 +44,7 @@ from jaxwebrl.browser.config import BrowserConfig, EnvConfig
 from jaxwebrl.data.config import DataConfig
 from jaxwebrl.engines.config import EngineConfig
 from jaxwebrl.fields import ConfigError, FieldError, with_changes
+from jaxwebrl.models.attention import check_attention_fits
 from jaxwebrl.models.setup import ModelSetup
 from jaxwebrl.recipes.config import BCConfig, ReportConfig, RewardConfig, RLConfig
 from jaxwebrl.recipes.papers import get_recipe, recipe_names
@@ -262,6 +263,12 @@ def validate_config(cfg: ml_collections.ConfigDict | RunConfig, num_devices: int
                           f"(e.g. {dp * max(1, mb // dp)}) or change config.mesh")
     if check_paths:
         _check_paths(run)
+    if run.model.attention != "xla":  # the kernel against the mesh and the length, before anything compiles
+        try:
+            model_cfg = run.model.abstract_config()
+        except FieldError as e:
+            raise e.at("config.model.") from None
+        check_attention_fits(model_cfg, run.train.seq_len, sizes)
     return sizes
 
 

@@ -47,7 +47,7 @@ def local_overrides(name: str, **paper: Any) -> ml_collections.ConfigDict:
         multihost=False,
         mesh={"data": 1, "fsdp": -1, "tensor": 1},
         model=dict(source="inline", shape=SMALL_QWEN3, dtype="float32", param_dtype="float32", remat=False,
-                   scan_layers=False),
+                   scan_layers=False, attention="xla"),
         tasks=dict(suite="miniwob", train=LOCAL_TASKS, eval_seeds=10),
         # axtree for every paper: a from-scratch model reads it in the fewest tokens (the paper's text mode
         # stays in its config; `--config.env.text_mode=html` runs WebAgent-R1's locally too, at ~3x the tokens)

@@ -69,7 +69,8 @@ async def fit(trainer: Any, source: Source, rounds: int, *, progress: bool = Tru
         metrics = dict(work.metrics)
         if work.batch is not None:
             metrics.update(_prefixed(await asyncio.to_thread(trainer.train_on_batch, work.batch), source.log_prefix))
-        elif work.samples:
+        elif work.samples or (work.samples is not None and getattr(trainer, "hosts", 1) > 1):
+            # multi-host: a host whose samples were all filtered still joins the agreed, collective update
             metrics.update(_prefixed(await asyncio.to_thread(trainer.train_on_samples, work.samples), "train"))
         await _maybe_await(source.after_update(i, trainer, metrics))
         if metrics and log_every and (i + 1) % log_every == 0:

@@ -75,6 +75,7 @@ class Trainer:
                  params: Any = None, model_cfg: ModelConfig | None = None, tokenizer_dir: str | None = None,
                  total_steps: int | None = None, checkpointing: bool = True):
         self.config = config
+        self.hosts = jax.process_count()  # > 1: every round is a collective every host must join
         self.mesh = mesh or make_mesh(config.mesh)
         if params is None:
             self.model_cfg, params, self.tokenizer_dir = resolve_model(config.model, self.mesh, config.workdir, config.seed)
