@@ -89,3 +89,12 @@ def observation_text(obs: Observation, feedback: str | None = None) -> str:
         parts.append(f"URL: {meta.url}")
     parts.append(obs.text)
     return "\n".join(parts)
+
+
+def screenshot_text(obs: Observation) -> str:
+    """The text beside a screenshot (OpenWebRL): the page metadata (URL, title, tabs, viewport, page size and
+    scroll, focused element), then the page text when the env also produces one."""
+    parts = [obs.metadata.to_text()] if obs.metadata is not None else []
+    if obs.text:
+        parts.append(obs.text)
+    return "\n".join(parts)
