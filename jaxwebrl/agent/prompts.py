@@ -54,6 +54,13 @@ FORMATS: dict[str, PromptFormat] = {
         "<memory>...</memory> (you will see only them, the task and the current page next step), then one "
         "action in a ``` code fence.",
     ),
+    # WebGym's coordinate mode: the same memory prompt, actions as Qwen3-VL computer_use calls on screenshots
+    "webgym_coordinates": PromptFormat(
+        "webgym_coordinates", "webgym",
+        "Think in <think>...</think>. Then write your updated notes of everything useful so far in "
+        "<memory>...</memory> (you will see only them, the task and the current screenshot next step), then "
+        'one <tool_call>{"name": "computer_use", "arguments": {...}}</tool_call>.',
+    ),
     "browseragent": PromptFormat(
         "browseragent", "webarena",
         "Think in <think>...</think>. Optionally record a fact worth keeping in <conclusion>...</conclusion>. "

@@ -86,3 +86,49 @@ def test_bad_coordinates_are_failure_feedback_and_the_episode_goes_on(runner, po
             assert not res.format_error and await env.session.page.locator("#log").inner_text() == GRID_NAMES[1][1]
 
     runner.run(go())
+
+
+def _cu(**args) -> str:
+    import json
+
+    return f"<tool_call>{json.dumps({'name': 'computer_use', 'arguments': args})}</tool_call>"
+
+
+def test_webgym_computer_use_clicks_scrolls_and_refuses_bad_input(runner, pool, sites):
+    """WebGym's coordinate mode (Qwen3-VL computer_use calls) at 800x600, scale 2: the box centre clicks the
+    element; pixel scrolls move the page; bad coordinates and unknown actions are feedback."""
+
+    async def go():
+        cfg = EnvConfig(action_space="webgym", viewport=(800, 600), device_scale_factor=2,
+                        obs=ObsConfig(text_mode="axtree", screenshot=True))
+        async with pool.episode(pg_task(sites, "/grid"), 0, cfg) as (env, obs):
+            el = next(e for e in obs.elements if e.name == GRID_NAMES[2][0])
+            x, y = (round(v, 1) for v in to_normalised(*el.center, obs.metadata.viewport))
+            res = await env.step(_cu(action="left_click", coordinate=[x, y]))
+            assert not res.format_error and await env.session.page.locator("#log").inner_text() == GRID_NAMES[2][0]
+            assert res.feedback.startswith(f"Succeed: 'click' on <button> \"{GRID_NAMES[2][0]}\"")
+            for bad, why in [(_cu(action="left_click", coordinate=[1001, 5]), "0..1000"),
+                             (_cu(action="left_click"), "coordinate must be [x, y]"),
+                             ('<tool_call>{"name": "computer_use", "arguments": {"action": "double_click", '
+                              '"coordinate": [NaN, 3]}}</tool_call>', "0..1000"),
+                             (_cu(action="fly"), "unknown computer_use action"),
+                             (_cu(action="scroll", pixels=0), "'scroll' pixels"),
+                             ('<tool_call>{"name": "click", "arguments": {"x": 1, "y": 2}}</tool_call>', "computer_use")]:
+                res = await env.step(bad)
+                assert res.format_error and not res.done and why in res.feedback, (bad, res.feedback)
+        async with pool.episode(pg_task(sites), 0, cfg) as (env, obs):
+            res = await env.step(_cu(action="scroll", pixels=-300, coordinate=[500, 500]))
+            assert res.feedback == "Succeed: 'scroll' down by 300 pixels executed." and res.observation.metadata.scroll[1] > 0
+            res = await env.step(_cu(action="scroll", pixels=5000) + _cu(action="scroll", pixels=100))
+            assert res.feedback.split("\n")[1].endswith("may be at a boundary.")
+            q = next(e for e in res.observation.elements if e.role == "textbox" and e.name == "Query")
+            qx, qy = to_normalised(*q.center, res.observation.metadata.viewport)
+            res = await env.step(_cu(action="left_click", coordinate=[qx, qy]) + _cu(action="type", text="gym")
+                                 + _cu(action="key", keys=["Enter"]))
+            assert "submitted?q=gym" in env.session.page.url, res.feedback
+            res = await env.step(_cu(action="go_back") + _cu(action="visit_url", url=sites.urls["playground"] + "/page2"))
+            assert env.session.page.url.endswith("/page2")
+            res = await env.step(_cu(action="answer", text="42"))
+            assert res.done and (await env.evaluate()).success
+
+    runner.run(go())
