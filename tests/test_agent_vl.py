@@ -9,12 +9,14 @@ paper's text stand-in, and every feedback string stays."""
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 from typing import Any, Sequence
 
 import jax
 import numpy as np
 import pytest
+from PIL import Image
 
 from envs import get_suite
 from jaxwebrl.agent import AgentConfig, Message, PromptRenderer, run_episode
@@ -126,13 +128,14 @@ def test_renderer_images_need_a_processor_and_bad_images_become_text(policy: dic
     text = proc.tokenizer.decode(out.ids)
     assert out.images == [] and policy["cfg"].image_token_id not in out.ids  # page text cannot pose as an image
     assert BAD_IMAGE.format("UnidentifiedImageError") in text
+    thin = io.BytesIO()
+    Image.new("RGB", (400, 1)).save(thin, format="PNG")  # decodes, but no Qwen-VL processor takes it
+    out = renderer.render([Message("user", "x", images=(thin.getvalue(),))])
+    assert out.images == [] and BAD_IMAGE.format("aspect ratio over 200") in proc.tokenizer.decode(out.ids)
     with pytest.raises(ValueError, match="give PromptRenderer the checkpoint's processor"):
         PromptRenderer(proc.tokenizer).render([Message("user", "x", images=(b"png",))])
     # a rebuild with another processor (other pixel budget) is refused, not silently different
     from jaxwebrl.models.processor import tiny_processor
-    import io
-
-    from PIL import Image
 
     buf = io.BytesIO()
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (200, 300, 3), dtype=np.uint8)).save(buf, format="PNG")

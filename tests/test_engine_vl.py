@@ -135,6 +135,10 @@ def test_bad_image_input_names_the_fix(tiny: dict[str, Any]) -> None:
         asyncio.run(gen(ids, []))  # placeholders but no image
     with pytest.raises(ValueError, match="pixel_values must be the processor's"):
         asyncio.run(gen(ids, [ImageInput(images[0].data, images[0].grid_thw, None)]))
+    n = sum(im.num_patches for im in images)  # right count, but a grid the merger cannot cut: refused up front
+    odd = ImageInput(images[0].data, (1, 1, n), np.zeros((n, tiny["cfg"].vision.patch_dim), np.float32))
+    with pytest.raises(ValueError, match="divisible by spatial_merge_size"):
+        asyncio.run(gen(ids, [odd]))
     # the engine still serves after refusing
     assert asyncio.run(gen(ids, images)).token_ids == asyncio.run(gen(ids, images)).token_ids
 

@@ -35,6 +35,7 @@ _MARK = "\u2063ASSISTANT_{}\u2063"  # invisible separator: never produced by the
 _IMAGE = "<|image_pad|>"  # the placeholder the Qwen-VL templates write per image (inside vision_start/end)
 _PLACEHOLDERS = (_IMAGE, "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 BAD_IMAGE = "[the screenshot could not be decoded ({}); it is left out]"
+MAX_ASPECT = 200  # the Qwen-VL image processors' limit (smart_resize)
 _IMAGE_CACHE = 64  # processed pieces with images kept (a last-K context re-renders its recent screenshots)
 
 
@@ -65,9 +66,12 @@ def decode_image(data: bytes) -> Any:
 
     try:
         with Image.open(io.BytesIO(data)) as im:
-            return im.convert("RGB")
+            rgb = im.convert("RGB")
     except Exception as exc:  # PIL raises several types for truncated or foreign data
         raise ImageDecodeError(type(exc).__name__) from exc  # no message: it can hold addresses (not reproducible)
+    if max(rgb.size) > MAX_ASPECT * min(rgb.size):  # the Qwen-VL processors refuse these
+        raise ImageDecodeError(f"aspect ratio over {MAX_ASPECT}")
+    return rgb
 
 
 

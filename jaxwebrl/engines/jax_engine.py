@@ -102,7 +102,8 @@ class _Request:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     first_version: int = -1
     last_version: int = -1
-    images: tuple[ImageInput, ...] = ()
+    vl_inputs: dict[str, Any] | None = None  # VL prompts: `vl.prepare_inputs` arrays, built before queueing
+    rope_delta: int = 0
 
 
 def patch_bucket(n: int, unit: int, min_bucket: int = 64) -> int:
@@ -344,8 +345,9 @@ class JaxEngine:
         self._ensure_running()
         stop_ids = set() if params.ignore_eos else set(params.stop_token_ids) | set(self.eos_token_ids)
         seed = int(params.seed) if params.seed is not None else int(self._rng.integers(0, 2**32))
-        req = _Request(rid, prompt.astype(np.int32), params, seed % 2**32, frozenset(stop_ids), loop.create_future(),
-                       images=images)
+        req = _Request(rid, prompt.astype(np.int32), params, seed % 2**32, frozenset(stop_ids), loop.create_future())
+        if self.is_vl:  # host work and its errors stay with this caller, never in the scheduler
+            req.vl_inputs, req.rope_delta = self._vl_inputs(req.prompt, images)
         self._queue.append(req)
         assert self._wake is not None
         self._wake.set()
@@ -365,7 +367,11 @@ class JaxEngine:
             return
         assert isinstance(self.cfg, VLConfig)
         unit = self.cfg.vision.merge_unit
+        m = self.cfg.vision.spatial_merge_size
         for i, im in enumerate(images):
+            if len(im.grid_thw) != 3 or min(im.grid_thw) < 1 or im.grid_thw[1] % m or im.grid_thw[2] % m:
+                raise ValueError(f"image {i}: grid_thw {list(im.grid_thw)} is not a (t, h, w) grid with h and w "
+                                 f"divisible by spatial_merge_size={m}; build it with the checkpoint's processor")
             pv = None if im.pixel_values is None else np.asarray(im.pixel_values)
             if pv is None or pv.shape != (im.num_patches, self.cfg.vision.patch_dim):
                 raise ValueError(f"image {i}: pixel_values must be the processor's [{im.num_patches}, "
@@ -522,8 +528,8 @@ class JaxEngine:
                 padded = np.zeros((1, self._bucket(n)), np.int32)
                 padded[0, :n] = req.prompt
                 sp = req.params
-                if self.is_vl:
-                    inputs, self._delta[slot] = self._vl_inputs(padded, n, req.images)
+                if req.vl_inputs is not None:
+                    inputs, self._delta[slot] = req.vl_inputs, req.rope_delta
                 else:
                     inputs = padded
                 self._cache, tok, lp = self._prefill(
@@ -546,10 +552,13 @@ class JaxEngine:
             self._cache, toks, lps = self._decode(params, self._cache, *(a.copy() for a in per_slot), span)
             return first, (np.asarray(toks), np.asarray(lps))
 
-    def _vl_inputs(self, padded: np.ndarray, n: int, images: tuple[ImageInput, ...]) -> tuple[dict[str, Any], int]:
-        """Host side of a VL prefill: `vl.prepare_inputs` of the right-padded prompt with its images' patches
-        padded to a patch bucket; returns the inputs and the prompt's M-RoPE delta."""
+    def _vl_inputs(self, prompt: np.ndarray, images: tuple[ImageInput, ...]) -> tuple[dict[str, Any], int]:
+        """Host side of a VL prefill: `vl.prepare_inputs` of the prompt right-padded to its bucket, with its
+        images' patches padded to a patch bucket; returns the inputs and the prompt's M-RoPE delta."""
         assert isinstance(self.cfg, VLConfig)
+        n = prompt.size
+        padded = np.zeros((1, self._bucket(n)), np.int32)
+        padded[0, :n] = prompt
         mask = np.zeros_like(padded)
         mask[0, :n] = 1
         if images:
