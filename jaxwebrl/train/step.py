@@ -188,6 +188,25 @@ def abstract_batch(mesh: Mesh, accum: int, micro_batch: int, seq_len: int, with_
     return {k: jax.ShapeDtypeStruct((accum, micro_batch, seq_len), dt, sharding=sh) for k, dt in keys.items()}
 
 
+def abstract_vl_batch(model: VLConfig, mesh: Mesh, accum: int, micro_batch: int, seq_len: int, num_patches: int,
+                      with_ref: bool) -> dict[str, Any]:
+    """`abstract_batch` plus a VL batch's mrope_positions and `num_patches` rows of vision inputs per
+    micro-batch (the shapes `data.vl_batch` makes)."""
+    from jaxwebrl.models.vision import patch_layout
+
+    out: dict[str, Any] = dict(abstract_batch(mesh, accum, micro_batch, seq_len, with_ref))
+    sh = batch_shardings(model, mesh)
+    v = model.vision
+    layout = patch_layout(v, np.zeros((0, 3), np.int64), num_patches)
+    vision = {k: jax.ShapeDtypeStruct((accum,) + a.shape, a.dtype, sharding=sh["vision"]) for k, a in layout.items()}
+    vision["pixel_values"] = jax.ShapeDtypeStruct((accum, num_patches, v.patch_dim), jnp.float32, sharding=sh["vision"])
+    vision["scatter_to"] = jax.ShapeDtypeStruct((accum, num_patches // v.merge_unit), jnp.int32, sharding=sh["vision"])
+    out["mrope_positions"] = jax.ShapeDtypeStruct((accum, 3, micro_batch, seq_len), jnp.int32,
+                                                  sharding=sh["mrope_positions"])
+    out["vision"] = vision
+    return out
+
+
 def init_state(params: Any, tx: optax.GradientTransformation, mesh: Mesh, model: ModelConfig, seed: int = 0) -> State:
     """Train state on the mesh: params placed with their shardings, optimizer state created sharded."""
     sh = state_shardings(model, tx, mesh)
@@ -287,10 +306,16 @@ def make_score_fn(cfg: StepConfig, mesh: Mesh) -> Callable[[Any, dict[str, jax.A
 
 
 def lower_train_step(cfg: StepConfig, tx: optax.GradientTransformation, mesh: Mesh, accum: int, micro_batch: int,
-                     seq_len: int, schedule: optax.Schedule | None = None) -> Any:
-    """Lower and compile the step against abstract state and batch (no weights allocated)."""
+                     seq_len: int, schedule: optax.Schedule | None = None, num_patches: int = 0) -> Any:
+    """Lower and compile the step against abstract state and batch (no weights allocated). VL models:
+    `num_patches` image patch rows per micro-batch."""
     step = make_train_step(cfg, tx, mesh, schedule)
+    if isinstance(cfg.model, VLConfig):
+        if num_patches < 1:
+            raise ValueError("lowering a vision-language step needs num_patches (image patch rows per micro-batch)")
+        batch = abstract_vl_batch(cfg.model, mesh, accum, micro_batch, seq_len, num_patches, cfg.loss.needs_reference)
+    else:
+        batch = abstract_batch(mesh, accum, micro_batch, seq_len, cfg.loss.needs_reference)
     with jax.set_mesh(mesh):
-        lowered = step.lower(abstract_state(cfg.model, tx, mesh),
-                             abstract_batch(mesh, accum, micro_batch, seq_len, cfg.loss.needs_reference))
+        lowered = step.lower(abstract_state(cfg.model, tx, mesh), batch)
         return lowered.compile()
