@@ -65,3 +65,23 @@ def test_launch_script_dry_run(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "sgl_jax.launch_server" in out.stdout and "--max-total-tokens 8192" in out.stdout
     assert "JAX_PLATFORMS=cpu" in out.stdout
+
+
+def test_image_requests_send_ids_and_base64_pngs() -> None:
+    """Token ids (placeholders already expanded by the processor) plus one data url per image, in order."""
+    import base64
+
+    import numpy as np
+
+    from jaxwebrl.engines import ImageInput
+
+    engine = SGLangEngine(f"http://127.0.0.1:{free_port()}")
+    images = [ImageInput(b"\x89PNG first", (1, 2, 2)), ImageInput(b"\x89PNG second", (1, 4, 2), np.zeros((8, 4)))]
+    body = engine.request_body([1, 6, 2, 6, 6, 3], SamplingParams(max_new_tokens=4, temperature=0.0), 4, images)
+    assert body["input_ids"] == [1, 6, 2, 6, 6, 3] and body["return_logprob"] is True
+    assert [base64.b64decode(u.split(",", 1)[1]) for u in body["image_data"]] == [b"\x89PNG first", b"\x89PNG second"]
+    assert all(u.startswith("data:image/png;base64,") for u in body["image_data"])
+    assert "image_data" not in engine.request_body([1, 2], SamplingParams(max_new_tokens=4), 4)
+    with pytest.raises(ValueError, match="encoded image bytes"):
+        engine.request_body([1, 6], SamplingParams(max_new_tokens=4), 4, [ImageInput(b"", (1, 2, 2))])
+    asyncio.run(engine.close())

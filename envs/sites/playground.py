@@ -34,6 +34,11 @@ window.addEventListener('load', () => {
 </script>"""
 
 
+GRID_NAMES = [[f"cell {r}{c}" for c in range(3)] for r in range(3)]
+# distinct solid colours (the screenshot test reads them back at the clicked point)
+GRID_COLOURS = [["#ff0000", "#00ff00", "#0000ff"], ["#ffff00", "#ff00ff", "#00ffff"], ["#800000", "#008000", "#000080"]]
+
+
 def handle(req: Request) -> Response:
     path = req.path.rstrip("/") or "/"
     if path == "/":
@@ -59,6 +64,14 @@ def handle(req: Request) -> Response:
             + SCRIPT
         )
         return Response(page("Playground", body))
+    if path == "/grid":  # nine solid buttons spread over the viewport, placed in % so every viewport shows all
+        cells = "".join(
+            f"<button id='g{r}{c}' onclick=\"log('{GRID_NAMES[r][c]}')\" style='position:fixed;"
+            f"left:{8 + 38 * c}%;top:{14 + 34 * r}%;width:12%;height:12%;border:0;margin:0;padding:0;"
+            f"background:{GRID_COLOURS[r][c]};color:{GRID_COLOURS[r][c]}'>{GRID_NAMES[r][c]}</button>"
+            for r in range(3) for c in range(3))
+        return Response(page("Grid", "<p id='log' style='position:fixed;left:0;top:0;margin:0'>ready</p>" + cells
+                             + "<script>function log(m) { document.getElementById('log').textContent = m; }</script>"))
     if path == "/page2":
         return Response(page("Page two", "<h1>Second page</h1><p id='p2'>You reached page two.</p>"
                                           "<a href='/'>Back home</a>"))

@@ -24,7 +24,7 @@ from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.env import BrowserEnv, EnvError
 from jaxwebrl.browser.observation import observation_digest
 from jaxwebrl.browser.task import Task
-from jaxwebrl.data.records import Trajectory, Turn
+from jaxwebrl.data.records import Trajectory, Turn, TurnImage
 from jaxwebrl.engines.base import Engine, SamplingParams
 from jaxwebrl.viewer.capture import TURN_INFO_KEY, turn_info
 
@@ -173,7 +173,7 @@ async def _run_episode(
         if time.perf_counter() - start > cfg.episode_timeout_s:
             termination = "timeout"
             break
-        messages = build(ContextInputs(fmt, goal, past, current, cfg.last_k))
+        messages = build(ContextInputs(fmt, goal, past, current, cfg.last_k, images=renderer.processor is not None))
         rendered = renderer.render(messages)
         last_pieces = rendered.pieces
         budget = cfg.max_context_tokens - len(rendered.ids)
@@ -181,11 +181,12 @@ async def _run_episode(
             termination = "context_overflow"
             break
         seed_t = None if sample_seed is None else sample_seed * 1000 + step
+        extra = {"images": rendered.images} if rendered.images else {}  # text engines need not know the argument
         try:
             gen = await _timed(
                 timer, "engine", limits, "generate",
-                asyncio.wait_for(engine.generate(rendered.ids, cfg.sampling(seed_t, budget), session_id=episode_id),
-                                 cfg.generate_timeout_s),
+                asyncio.wait_for(engine.generate(rendered.ids, cfg.sampling(seed_t, budget), session_id=episode_id,
+                                                 **extra), cfg.generate_timeout_s),
             )
         except asyncio.TimeoutError:
             termination = "timeout"
@@ -198,7 +199,7 @@ async def _run_episode(
             termination = "context_overflow"
             break
         versions.append(gen.final_policy_version)
-        text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        text = renderer.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         result = await _timed(timer, "browser", limits, "execute", env.step(text))
         format_ok = fmt.format_ok(text) and not result.format_error
         turn_infos.append(turn_info(messages[-1].content, current.observation, result, cfg.viewer_screenshots))
@@ -206,6 +207,7 @@ async def _run_episode(
             prompt_ids=list(rendered.ids), response_ids=list(gen.token_ids), response_logprobs=list(gen.logprobs),
             observation=current.observation.text, action=text, format_ok=format_ok,
             observation_digest=observation_digest(current.observation),
+            images=[TurnImage.of(im.data, im.grid_thw, im.pixel_values) for im in rendered.images] or None,
         ))
         current.response_text, current.response_ids = text, tuple(gen.token_ids)
         current.action = "; ".join(a.raw for a in result.actions) if result.actions else text.strip()[:200]

@@ -54,6 +54,13 @@ FORMATS: dict[str, PromptFormat] = {
         "<memory>...</memory> (you will see only them, the task and the current page next step), then one "
         "action in a ``` code fence.",
     ),
+    # WebGym's coordinate mode: the same memory prompt, actions as Qwen3-VL computer_use calls on screenshots
+    "webgym_coordinates": PromptFormat(
+        "webgym_coordinates", "webgym",
+        "Think in <think>...</think>. Then write your updated notes of everything useful so far in "
+        "<memory>...</memory> (you will see only them, the task and the current screenshot next step), then "
+        'one <tool_call>{"name": "computer_use", "arguments": {...}}</tool_call>.',
+    ),
     "browseragent": PromptFormat(
         "browseragent", "webarena",
         "Think in <think>...</think>. Optionally record a fact worth keeping in <conclusion>...</conclusion>. "
@@ -88,4 +95,13 @@ def observation_text(obs: Observation, feedback: str | None = None) -> str:
     if meta is not None:
         parts.append(f"URL: {meta.url}")
     parts.append(obs.text)
+    return "\n".join(parts)
+
+
+def screenshot_text(obs: Observation) -> str:
+    """The text beside a screenshot (OpenWebRL): the page metadata (URL, title, tabs, viewport, page size and
+    scroll, focused element), then the page text when the env also produces one."""
+    parts = [obs.metadata.to_text()] if obs.metadata is not None else []
+    if obs.text:
+        parts.append(obs.text)
     return "\n".join(parts)

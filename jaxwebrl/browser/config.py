@@ -105,6 +105,9 @@ class EnvConfig:
     action_space: str = "webarena"
     obs: ObsConfig = field(default_factory=ObsConfig)
     viewport: tuple[int, int] = (1280, 720)
+    # CSS-to-device pixel ratio of the page (screenshots are viewport * ratio pixels; coordinates the agent
+    # gives stay on the 0..1000 or CSS scale, so they mean the same spot at any ratio)
+    device_scale_factor: float = 1.0
     action_timeout_s: float = 5.0
     step_timeout_s: float = 45.0
     episode_timeout_s: float = 600.0
@@ -119,6 +122,8 @@ class EnvConfig:
         if self.action_space not in ACTION_SPACES:
             raise ValueError(f"EnvConfig.action_space must be one of {sorted(ACTION_SPACES)}, got {self.action_space!r}")
         self.obs.validate()
+        if not 0.25 <= self.device_scale_factor <= 4:
+            raise ValueError(f"EnvConfig.device_scale_factor must be in 0.25..4, got {self.device_scale_factor}")
         if self.action_timeout_s <= 0 or self.step_timeout_s <= 0 or self.episode_timeout_s <= 0:
             raise ValueError("EnvConfig timeouts must be > 0")
 
@@ -143,6 +148,7 @@ class BrowserConfig:
     set_of_marks: bool = False  # element ids drawn on the screenshot
     viewport_width: int = 1280
     viewport_height: int = 720
+    device_scale_factor: float = 1.0  # device pixels per CSS pixel (OpenWebRL: 1); screenshots scale with it
     num_browsers: int = 1
     contexts_per_browser: int = 8
     remote_endpoints: str = ""
@@ -158,6 +164,9 @@ class BrowserConfig:
             at_least(name, getattr(self, name), 1)
         for name in ("action_timeout_s", "step_timeout_s"):
             positive(name, getattr(self, name))
+        if not 0.25 <= self.device_scale_factor <= 4:
+            raise FieldError("device_scale_factor", f"{self.device_scale_factor} is outside 0.25..4",
+                             "use 1 (OpenWebRL) or 2 (a high-density screen)")
         for url in self.endpoints:
             if not url.startswith(("ws://", "wss://")):
                 raise FieldError("remote_endpoints", f"{url!r} is not a websocket url",
@@ -173,7 +182,7 @@ class BrowserConfig:
                         relative_urls=self.relative_urls, box_centres=self.box_centres, screenshot=self.screenshot,
                         set_of_marks=self.set_of_marks)
         return EnvConfig(action_space=self.action_space, obs=obs, viewport=(self.viewport_width, self.viewport_height),
-                         action_timeout_s=self.action_timeout_s, step_timeout_s=self.step_timeout_s,
+                         device_scale_factor=self.device_scale_factor, action_timeout_s=self.action_timeout_s, step_timeout_s=self.step_timeout_s,
                          episode_timeout_s=episode_timeout_s, allow_data_urls=self.allow_data_urls)
 
     def pool_config(self) -> PoolConfig:

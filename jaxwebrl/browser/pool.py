@@ -313,6 +313,7 @@ class BrowserPool:
             try:
                 ctx = await asyncio.wait_for(
                     browser.new_context(viewport={"width": vw, "height": vh}, accept_downloads=False,
+                                        device_scale_factor=config.device_scale_factor,
                                         service_workers="block", proxy={"server": f"http://127.0.0.1:{port}"}),
                     self.config.launch_timeout_s,
                 )

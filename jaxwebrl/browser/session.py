@@ -299,6 +299,15 @@ class BrowserSession:
         except Exception:
             return None
 
+    async def viewport(self) -> tuple[float, float]:
+        """The viewport in CSS pixels: what mouse coordinates address and a viewport screenshot spans (at
+        any device scale factor; the screenshot then has factor-times as many pixels)."""
+        vp = self.page.viewport_size
+        if vp:
+            return float(vp["width"]), float(vp["height"])
+        w, h = await self.page.evaluate("() => [window.innerWidth, window.innerHeight]")  # a remote no-viewport page
+        return float(w), float(h)
+
     async def scroll_position(self) -> tuple[float, float]:
         try:
             x, y = await self.page.evaluate("() => [window.scrollX, window.scrollY]")

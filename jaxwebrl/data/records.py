@@ -30,11 +30,20 @@ Turn
   observation_digest str | None  sha1 of the observation text (+ of its screenshot when taken); WebGym's repetition filter
                                  compares consecutive digests (falls back to `observation`)
   format_ok          bool   the response parsed (OpenWebRL format gate, BrowserAgent malformed filter)
+  images             list[TurnImage] | None  the images in prompt_ids, in order (vision-language policies);
+                                 prompt_ids hold their placeholders as the processor expanded them
+TurnImage
+  png_b64            str        the image as the engine got it (PNG, base64)
+  grid_thw           list[int]  the processor's (t, h, w) patch grid: t*h*w / merge^2 placeholders in prompt_ids
+  pixels_sha256      str        sha256 of the processor's float32 pixel_values for it; `pixel_values(processor)`
+                                rebuilds them from the PNG and refuses a rebuild that differs
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -46,6 +55,43 @@ TERMINATIONS = (
     "env_step_error", "sandbox_failure",
     "init_failure", "judge_error", "timeout", "agent_timeout", "other",
 )
+
+
+@dataclass
+class TurnImage:
+    """One image the engine saw at a turn: its PNG and what the processor made of it (see the module doc)."""
+
+    png_b64: str
+    grid_thw: list[int]
+    pixels_sha256: str
+
+    @classmethod
+    def of(cls, png: bytes, grid_thw: Any, pixel_values: Any) -> "TurnImage":
+        import numpy as np
+
+        digest = hashlib.sha256(np.ascontiguousarray(np.asarray(pixel_values, np.float32)).tobytes()).hexdigest()
+        return cls(base64.b64encode(png).decode(), [int(v) for v in grid_thw], digest)
+
+    @property
+    def png(self) -> bytes:
+        return base64.b64decode(self.png_b64)
+
+    def pixel_values(self, processor: Any) -> Any:
+        """float32 [t*h*w, patch_dim] rebuilt by `processor` (the checkpoint's, as at rollout) from the PNG;
+        a ValueError when the grid or the pixels differ from what the engine saw."""
+        import io
+
+        import numpy as np
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.png)) as im:
+            out = processor.image_processor(images=[im.convert("RGB")], return_tensors="np")
+        pixels = np.ascontiguousarray(np.asarray(out["pixel_values"], np.float32))
+        grid = [int(v) for v in np.asarray(out["image_grid_thw"]).reshape(-1)]
+        if grid != list(self.grid_thw) or hashlib.sha256(pixels.tobytes()).hexdigest() != self.pixels_sha256:
+            raise ValueError(f"the processor rebuilds grid {grid} / other pixels than the rollout's {self.grid_thw}; "
+                             "train with the processor (preprocessor_config.json) the rollout used")
+        return pixels
 
 
 @dataclass
@@ -61,8 +107,11 @@ class Turn:
     action: str = ""
     observation_digest: str | None = None
     format_ok: bool = True
+    images: list[TurnImage] | None = None
 
     def __post_init__(self) -> None:
+        if self.images is not None:  # from JSON: dicts
+            self.images = [im if isinstance(im, TurnImage) else TurnImage(**im) for im in self.images]
         n = len(self.response_ids)
         if self.response_logprobs is not None and len(self.response_logprobs) != n:
             raise ValueError(f"response_logprobs has {len(self.response_logprobs)} entries for {n} response tokens")

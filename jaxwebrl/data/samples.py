@@ -39,7 +39,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from jaxwebrl.data.records import Trajectory, Turn
+from jaxwebrl.data.records import Trajectory, Turn, TurnImage
 
 NORM_MODES = ("webagent_r1", "per_turn", "token_mean", "seq_mean_token_mean", "traj_sum")
 SAMPLE_MODES = ("trajectory", "turn")
@@ -71,6 +71,7 @@ class Sample:
     task_id: str = ""
     group_id: str = ""
     policy_version: int = 0
+    images: list[TurnImage] | None = None  # the images in `tokens`, in order (vision-language turns)
 
     def __post_init__(self) -> None:
         n = len(self.tokens)
@@ -175,6 +176,9 @@ def trajectory_sample(traj: Trajectory, norm: str, group_size: int = 1) -> Sampl
     n_turns = traj.num_trained_turns
     if n_turns == 0:
         return None
+    if any(t.images for t in traj.turns):
+        raise ValueError(f"task {traj.task_id}: turns with images train as per-turn samples (per='turn'), "
+                         "each with the screenshots its context showed")
     toks: list[np.ndarray] = []
     masks, lps, ws, ds = [], [], [], []
     packed: list[int] = []
@@ -230,7 +234,7 @@ def turn_samples(traj: Trajectory, norm: str, group_size: int = 1) -> list[Sampl
             tokens=np.concatenate([p, ids]), loss_mask=full_mask, advantages=(full_mask * adv).astype(np.float32),
             old_logprobs=np.concatenate([np.zeros(len(p), np.float32), lp if lp is not None else np.zeros(len(ids), np.float32)]),
             norm_weight=w, norm_denom=d, has_old_logprobs=lp is not None, task_id=traj.task_id,
-            group_id=traj.group_id, policy_version=traj.policy_version,
+            group_id=traj.group_id, policy_version=traj.policy_version, images=turn.images,
         )
         out.append(_seq_mean_token_mean(s) if norm == "seq_mean_token_mean" else s)
     return out

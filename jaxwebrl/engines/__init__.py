@@ -14,6 +14,7 @@ from jaxwebrl.engines.base import (
     EngineUnavailableError,
     FinishReason,
     Generation,
+    ImageInput,
     SamplingParams,
     WeightSyncError,
 )
@@ -38,5 +39,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Engine", "EngineClosedError", "EngineError", "EngineUnavailableError", "FinishReason", "Generation",
-    "SamplingParams", "WeightSyncError", "ENGINE_TYPES", "EngineConfig", "make_engine", *_LAZY,
+    "ImageInput", "SamplingParams", "WeightSyncError", "ENGINE_TYPES", "EngineConfig", "make_engine", *_LAZY,
 ]

@@ -99,6 +99,24 @@ class Generation:
 WeightsSource = Any | str | os.PathLike[str]  # a params tree, or a HF checkpoint directory
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class ImageInput:
+    """One image of a request, in prompt order. The prompt ids already hold its placeholders, expanded by
+    the checkpoint's own processor (one `<|image_pad|>` per merged patch), so token in, token out holds for
+    images too. `data` is the image as taken (PNG bytes: what an HTTP server is sent, and what the training
+    record keeps); `grid_thw` and `pixel_values` [t*h*w, patch_dim] are the processor's output for it (what
+    an in-process engine runs the vision encoder on)."""
+
+    data: bytes
+    grid_thw: tuple[int, int, int]
+    pixel_values: Any = None
+
+    @property
+    def num_patches(self) -> int:
+        t, h, w = self.grid_thw
+        return int(t * h * w)
+
+
 @runtime_checkable
 class Engine(Protocol):
     """What the agent loop and the trainer call. All methods are coroutines on the caller's event loop."""
@@ -106,10 +124,13 @@ class Engine(Protocol):
     name: str
 
     async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> Generation:
         """Sample a continuation of `prompt_ids`. `session_id` (an episode id) lets a router keep one
-        episode's turns on one server, so its prefix cache is reused; single engines ignore it."""
+        episode's turns on one server, so its prefix cache is reused; single engines ignore it. `images`
+        (vision-language models only) are the prompt's images in order; text engines refuse them with a
+        ValueError. Callers pass `images` only when there are some, so text-only engines need not know it."""
         ...
 
     async def update_weights(self, weights: WeightsSource, version: int) -> None:

@@ -13,6 +13,12 @@ loop (shared with browser episodes) stays responsive while the device works.
 
 The model math is `jaxwebrl.models.forward`, the trainer's own function, and logprobs are
 `token_logprobs` of its logits (see engines/base.py for the temperature convention).
+
+Vision-language models (a `VLConfig`: Qwen3-VL, Qwen2.5-VL) take the same path with `images`: the host turns
+the request into `vl.prepare_inputs` arrays (M-RoPE positions, patch layout; the patch rows padded to a
+power-of-two bucket, so prefill compiles once per (token bucket, patch bucket)), the prefill program runs
+the vision encoder and the decoder over the prompt, and the slot keeps the prompt's M-RoPE offset
+(`rope_delta`): decoding is the text decode step with positions cache index + delta on all three axes.
 """
 
 from __future__ import annotations
@@ -38,12 +44,16 @@ from jaxwebrl.engines.base import (
     EngineClosedError,
     EngineError,
     Generation,
+    ImageInput,
     SamplingParams,
     WeightsSource,
 )
 from jaxwebrl.engines.sampling import row_keys, sample
 from jaxwebrl.models import ModelConfig, Params, forward, init_cache, load_hf, logical_axes
+from jaxwebrl.models import vl
 from jaxwebrl.models.decoder import CACHE_AXES
+from jaxwebrl.models.vl_config import VLConfig
+from jaxwebrl.models.vl_hf_io import load_vl_hf
 from jaxwebrl.sharding import tree_shardings
 
 
@@ -92,6 +102,23 @@ class _Request:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     first_version: int = -1
     last_version: int = -1
+    vl_inputs: dict[str, Any] | None = None  # VL prompts: `vl.prepare_inputs` arrays, built before queueing
+    rope_delta: int = 0
+
+
+def patch_bucket(n: int, unit: int, min_bucket: int = 64) -> int:
+    """Patch rows a prefill pads its images to: the next power of two >= n (at least `min_bucket`), a
+    multiple of the merge unit, so many image sizes share one compiled program."""
+    b = min_bucket
+    while b < n:
+        b *= 2
+    return -(-b // unit) * unit
+
+
+def is_vl_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """config.json names a vision-language model (Qwen3-VL / Qwen2.5-VL)."""
+    cfg = Path(path) / "config.json"
+    return cfg.exists() and "vision_config" in json.loads(cfg.read_text())
 
 
 def prefill_buckets(max_len: int, min_bucket: int = 16) -> tuple[int, ...]:
@@ -104,11 +131,12 @@ def prefill_buckets(max_len: int, min_bucket: int = 16) -> tuple[int, ...]:
 
 
 class JaxEngine:
-    """Continuous-batching sampler over `forward` with a slot KV cache; implements `Engine`."""
+    """Continuous-batching sampler over `forward` with a slot KV cache; implements `Engine`. `cfg` is a text
+    `ModelConfig` or a `VLConfig` (then requests may carry images)."""
 
     def __init__(
         self,
-        cfg: ModelConfig,
+        cfg: ModelConfig | VLConfig,
         params: Params,
         *,
         num_slots: int = 8,
@@ -123,14 +151,17 @@ class JaxEngine:
         name: str = "jax",
     ) -> None:
         self.cfg = cfg
+        self.is_vl = isinstance(cfg, VLConfig)
+        text_cfg: ModelConfig = cfg.text if isinstance(cfg, VLConfig) else cfg
+        self.text_cfg = text_cfg
         # EOS as SGLang sees it: config.json's, generation_config.json's (from_checkpoint) and the tokenizer's.
-        eos = set(cfg.eos_token_ids) | set(eos_token_ids or ())
+        eos = set(text_cfg.eos_token_ids) | set(eos_token_ids or ())
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
             eos.add(int(tokenizer.eos_token_id))
         self.eos_token_ids = frozenset(eos)
         self.name = name
         self.num_slots = int(num_slots)
-        self.max_len = int(max_len or min(cfg.max_position_embeddings, 4096))
+        self.max_len = int(max_len or min(text_cfg.max_position_embeddings, 4096))
         if buckets and max(buckets) > self.max_len:
             raise ValueError(f"buckets {tuple(buckets)}: the largest must be <= max_len={self.max_len}")
         # max_len is always the last bucket, so every prompt that fits and every decode span has one.
@@ -144,7 +175,7 @@ class JaxEngine:
 
         # Every array the programs take is committed to an explicit sharding, so arrays swapped in later
         # (placed with the same shardings) hit the same compiled programs.
-        axes = logical_axes(cfg)
+        axes = vl.logical_axes(cfg) if isinstance(cfg, VLConfig) else logical_axes(cfg)
         if mesh is not None:
             self._param_shardings = tree_shardings(params, axes, mesh)
         else:
@@ -152,20 +183,22 @@ class JaxEngine:
             self._param_shardings = jax.tree.map(lambda _: one, params)
         self._params = jax.device_put(params, self._param_shardings, may_alias=False)
         self._param_avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self._params)
-        cache_shapes = jax.eval_shape(lambda: init_cache(cfg, self.num_slots, self.max_len, cache_dtype))
+        cache_shapes = jax.eval_shape(lambda: init_cache(text_cfg, self.num_slots, self.max_len, cache_dtype))
         cache_shardings = (
             tree_shardings(cache_shapes, {"k": CACHE_AXES, "v": CACHE_AXES}, mesh) if mesh is not None
             else jax.tree.map(lambda _: one, cache_shapes)
         )
         with self._mesh_ctx():
             self._cache = jax.jit(
-                lambda: init_cache(cfg, self.num_slots, self.max_len, cache_dtype), out_shardings=cache_shardings
+                lambda: init_cache(text_cfg, self.num_slots, self.max_len, cache_dtype), out_shardings=cache_shardings
             )()
         self._cache_dtype = cache_dtype
         self._uid = next(_ENGINE_IDS)
-        self._prefill = jax.jit(_named(self._prefill_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,))
-        self._decode = jax.jit(_named(self._decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,),
-                               static_argnums=(10,))
+        prefill_fn = self._prefill_vl_fn if self.is_vl else self._prefill_fn
+        decode_fn = self._decode_vl_fn if self.is_vl else self._decode_fn
+        self._prefill = jax.jit(_named(prefill_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,))
+        self._decode = jax.jit(_named(decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,),
+                               static_argnums=(11 if self.is_vl else 10,))
 
         S = self.num_slots
         self._slots: list[_Request | None] = [None] * S
@@ -177,6 +210,7 @@ class JaxEngine:
         self._top_k = np.full(S, -1, np.int32)
         self._top_p = np.ones(S, np.float32)
         self._greedy = np.zeros(S, bool)
+        self._delta = np.zeros(S, np.int32)  # M-RoPE offset of each slot's prompt (VL models; 0 for text)
         self._queue: collections.deque[_Request] = collections.deque()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -193,8 +227,9 @@ class JaxEngine:
     def from_checkpoint(
         cls, path: str | os.PathLike[str], *, mesh: Mesh | None = None, with_tokenizer: bool = True, **kwargs: Any
     ) -> "JaxEngine":
-        """Load a HF checkpoint directory (sharded on `mesh`) and its tokenizer, for stop strings."""
-        cfg, params = load_hf(path, mesh)
+        """Load a HF checkpoint directory (sharded on `mesh`), text or vision-language by its config.json,
+        and its tokenizer, for stop strings."""
+        cfg, params = load_vl_hf(path, mesh) if is_vl_checkpoint(path) else load_hf(path, mesh)
         tokenizer = kwargs.pop("tokenizer", None)
         if tokenizer is None and with_tokenizer:
             from jaxwebrl.models import load_tokenizer
@@ -219,7 +254,7 @@ class JaxEngine:
         """Run one right-padded prompt [1, bucket] on a bucket-sized cache, copy it into row `slot`, and
         sample the first token from the logits at position length-1."""
         bucket = tokens.shape[1]
-        small = init_cache(self.cfg, 1, bucket, self._cache_dtype)
+        small = init_cache(self.text_cfg, 1, bucket, self._cache_dtype)
         positions = jnp.arange(bucket, dtype=jnp.int32)[None]
         logits, small = forward(self.cfg, params, tokens, positions, cache=small)
         last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, axis=0, keepdims=True)
@@ -231,6 +266,36 @@ class JaxEngine:
             for name in ("k", "v")
         }
         return cache, tok[0], lp[0]
+
+    def _prefill_vl_fn(
+        self, params: Params, cache: dict[str, jax.Array], inputs: dict[str, Any], length: jax.Array,
+        slot: jax.Array, seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
+    ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+        """`_prefill_fn` for a VL model: `inputs` are `vl.prepare_inputs` arrays of one right-padded prompt
+        (with its images' patches, or vision None); the vision encoder runs here, inside the prefill."""
+        bucket = inputs["tokens"].shape[1]
+        small = init_cache(self.text_cfg, 1, bucket, self._cache_dtype)
+        logits, small = vl.forward(self.cfg, params, inputs, cache=small)
+        last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, axis=0, keepdims=True)
+        keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
+        tok, lp = sample(last, keys, temp[None], top_k[None], top_p[None], greedy[None])
+        zero = jnp.zeros((), jnp.int32)
+        cache = {
+            name: jax.lax.dynamic_update_slice(cache[name], small[name], (zero, slot, zero, zero, zero))
+            for name in ("k", "v")
+        }
+        return cache, tok[0], lp[0]
+
+    def _decode_vl_fn(
+        self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
+        deltas: jax.Array, seeds: jax.Array, counters: jax.Array, temp: jax.Array, top_k: jax.Array,
+        top_p: jax.Array, greedy: jax.Array, span: int,
+    ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+        """`_decode_fn` for a VL model: each slot's M-RoPE position is its cache index + its prompt's delta."""
+        inputs = vl.decode_inputs(tokens[:, None], positions[:, None], deltas)
+        logits, cache = vl.forward(self.cfg, params, inputs, cache=cache, attend_len=span)
+        tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
+        return cache, tok, lp
 
     def _decode_fn(
         self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
@@ -255,7 +320,8 @@ class JaxEngine:
     # ---- Engine API ---------------------------------------------------------------------------
 
     async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> Generation:
         """Queue the request; it is prefilled into the first free slot and decoded with the others."""
         if self._closed:
@@ -265,8 +331,11 @@ class JaxEngine:
         prompt = np.asarray(list(prompt_ids), np.int64)
         if prompt.ndim != 1 or prompt.size == 0:
             raise ValueError("prompt_ids must be a non-empty sequence of token ids")
-        if prompt.min() < 0 or prompt.max() >= self.cfg.vocab_size:
-            raise ValueError(f"prompt_ids must lie in [0, {self.cfg.vocab_size}); got {prompt.min()}..{prompt.max()}")
+        vocab = self.text_cfg.vocab_size
+        if prompt.min() < 0 or prompt.max() >= vocab:
+            raise ValueError(f"prompt_ids must lie in [0, {vocab}); got {prompt.min()}..{prompt.max()}")
+        images = tuple(images)
+        self._check_images(prompt, images)
         if params.stop and self.tokenizer is None:
             raise ValueError("SamplingParams.stop (stop strings) needs a tokenizer: JaxEngine(..., tokenizer=...)")
         rid = f"{self.name}-{next(self._ids)}"
@@ -277,6 +346,8 @@ class JaxEngine:
         stop_ids = set() if params.ignore_eos else set(params.stop_token_ids) | set(self.eos_token_ids)
         seed = int(params.seed) if params.seed is not None else int(self._rng.integers(0, 2**32))
         req = _Request(rid, prompt.astype(np.int32), params, seed % 2**32, frozenset(stop_ids), loop.create_future())
+        if self.is_vl:  # host work and its errors stay with this caller, never in the scheduler
+            req.vl_inputs, req.rope_delta = self._vl_inputs(req.prompt, images)
         self._queue.append(req)
         assert self._wake is not None
         self._wake.set()
@@ -285,6 +356,32 @@ class JaxEngine:
         except asyncio.CancelledError:  # the caller gave up (e.g. an episode timeout): free its slot
             self._cancel(req)
             raise
+
+    def _check_images(self, prompt: np.ndarray, images: tuple[ImageInput, ...]) -> None:
+        """Refuse, with what to do, images a text model cannot see or that do not match the prompt's
+        placeholders (the prefill would otherwise fail inside the scheduler)."""
+        if not self.is_vl:
+            if images:
+                raise ValueError(f"engine {self.name!r} serves a text-only model; images need a vision-language "
+                                 "checkpoint (Qwen3-VL / Qwen2.5-VL)")
+            return
+        assert isinstance(self.cfg, VLConfig)
+        unit = self.cfg.vision.merge_unit
+        m = self.cfg.vision.spatial_merge_size
+        for i, im in enumerate(images):
+            if len(im.grid_thw) != 3 or min(im.grid_thw) < 1 or im.grid_thw[1] % m or im.grid_thw[2] % m:
+                raise ValueError(f"image {i}: grid_thw {list(im.grid_thw)} is not a (t, h, w) grid with h and w "
+                                 f"divisible by spatial_merge_size={m}; build it with the checkpoint's processor")
+            pv = None if im.pixel_values is None else np.asarray(im.pixel_values)
+            if pv is None or pv.shape != (im.num_patches, self.cfg.vision.patch_dim):
+                raise ValueError(f"image {i}: pixel_values must be the processor's [{im.num_patches}, "
+                                 f"{self.cfg.vision.patch_dim}] patches for grid_thw {list(im.grid_thw)}, got "
+                                 f"{None if pv is None else list(pv.shape)}; build ImageInput from the checkpoint's processor")
+        want = sum(im.num_patches for im in images) // unit
+        have = int((prompt == self.cfg.image_token_id).sum())
+        if have != want:
+            raise ValueError(f"the prompt holds {have} image tokens (id {self.cfg.image_token_id}) but its "
+                             f"{len(images)} image(s) give {want}; expand the placeholders with the checkpoint's processor")
 
     def _cancel(self, req: _Request) -> None:
         if req in self._queue:
@@ -300,11 +397,13 @@ class JaxEngine:
         if self._closed:
             raise EngineClosedError(f"engine {self.name!r} is closed")
         if isinstance(weights, (str, os.PathLike)):
+            load = load_vl_hf if self.is_vl else load_hf
             cfg, new = await asyncio.get_running_loop().run_in_executor(
-                self._executor, lambda: load_hf(weights, self.mesh)
+                self._executor, lambda: load(weights, self.mesh)
             )
-            if (cfg.num_layers, cfg.hidden_size, cfg.vocab_size) != (
-                self.cfg.num_layers, self.cfg.hidden_size, self.cfg.vocab_size,
+            text = cfg.text if isinstance(cfg, VLConfig) else cfg
+            if isinstance(cfg, VLConfig) != self.is_vl or (text.num_layers, text.hidden_size, text.vocab_size) != (
+                self.text_cfg.num_layers, self.text_cfg.hidden_size, self.text_cfg.vocab_size,
             ):
                 raise ValueError(f"{weights}: checkpoint config does not match the engine's model config")
         else:
@@ -429,8 +528,12 @@ class JaxEngine:
                 padded = np.zeros((1, self._bucket(n)), np.int32)
                 padded[0, :n] = req.prompt
                 sp = req.params
+                if req.vl_inputs is not None:
+                    inputs, self._delta[slot] = req.vl_inputs, req.rope_delta
+                else:
+                    inputs = padded
                 self._cache, tok, lp = self._prefill(
-                    params, self._cache, padded, np.int32(n), np.int32(slot), np.uint32(req.seed),
+                    params, self._cache, inputs, np.int32(n), np.int32(slot), np.uint32(req.seed),
                     np.float32(sp.temperature), np.int32(sp.top_k), np.float32(sp.top_p), np.bool_(sp.is_greedy),
                 )
                 tok, lp = int(tok), float(lp)
@@ -444,12 +547,28 @@ class JaxEngine:
                 return first, None
             span = self._bucket(int(self._pos[busy].max()) + 1)
             # Copies: on CPU jax may alias numpy memory, and the loop thread mutates these arrays later.
-            self._cache, toks, lps = self._decode(
-                params, self._cache, *(a.copy() for a in (
-                    self._tok, self._pos, self._seed, self._count, self._temp, self._top_k, self._top_p, self._greedy
-                )), span,
-            )
+            per_slot = (self._tok, self._pos) + ((self._delta,) if self.is_vl else ()) + (
+                self._seed, self._count, self._temp, self._top_k, self._top_p, self._greedy)
+            self._cache, toks, lps = self._decode(params, self._cache, *(a.copy() for a in per_slot), span)
             return first, (np.asarray(toks), np.asarray(lps))
+
+    def _vl_inputs(self, prompt: np.ndarray, images: tuple[ImageInput, ...]) -> tuple[dict[str, Any], int]:
+        """Host side of a VL prefill: `vl.prepare_inputs` of the prompt right-padded to its bucket, with its
+        images' patches padded to a patch bucket; returns the inputs and the prompt's M-RoPE delta."""
+        assert isinstance(self.cfg, VLConfig)
+        n = prompt.size
+        padded = np.zeros((1, self._bucket(n)), np.int32)
+        padded[0, :n] = prompt
+        mask = np.zeros_like(padded)
+        mask[0, :n] = 1
+        if images:
+            pixels = np.concatenate([np.asarray(im.pixel_values, np.float32) for im in images])
+            grid = np.asarray([im.grid_thw for im in images], np.int64)
+            total = patch_bucket(pixels.shape[0], self.cfg.vision.merge_unit)
+        else:
+            pixels = grid = total = None
+        inputs = vl.prepare_inputs(self.cfg, padded, mask, pixels, grid, num_patches=total)
+        return inputs, int(inputs.pop("rope_deltas")[0])
 
     def _set_slot(self, slot: int, req: _Request, tok: int, n: int) -> None:
         sp = req.params

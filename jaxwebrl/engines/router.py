@@ -13,7 +13,7 @@ import collections
 import itertools
 from typing import Any, Sequence
 
-from jaxwebrl.engines.base import Engine, EngineUnavailableError, Generation, SamplingParams, WeightsSource
+from jaxwebrl.engines.base import Engine, EngineUnavailableError, Generation, ImageInput, SamplingParams, WeightsSource
 
 
 class Router:
@@ -58,7 +58,8 @@ class Router:
         return self._sessions.get(session_id)
 
     async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> Generation:
         """Route, and on EngineUnavailableError mark that engine down and try the next one."""
         while True:
@@ -66,7 +67,8 @@ class Router:
             self.outstanding[i] += 1
             self.routed[i] += 1
             try:
-                return await self.engines[i].generate(prompt_ids, params, session_id=session_id)
+                extra = {"images": images} if images else {}  # text-only engines need not know the argument
+                return await self.engines[i].generate(prompt_ids, params, session_id=session_id, **extra)
             except EngineUnavailableError:
                 self.down.add(i)
                 if session_id is not None:

@@ -3,6 +3,13 @@
 Token in, token out: requests send `input_ids` and read back `output_ids` with
 `meta_info.output_token_logprobs` ([logprob, id, text] triples), so no text is ever re-tokenized.
 
+Images (vision-language models): the request adds `image_data`, one `data:image/png;base64,...` string per
+image in prompt order, beside the `input_ids` whose placeholders the checkpoint's processor already
+expanded. CUDA SGLang's Qwen-VL processor matches expanded runs (`<|vision_start|>(<|image_pad|>)+
+<|vision_end|>`) and re-expands each to the same count from the same preprocessor config, so the ids the
+model sees are ours. sglang-jax 0.1.0rc0 serves Qwen2.5-VL but not Qwen3-VL, and refuses `input_ids` with
+images ("Multimodal input_ids are not supported for Qwen-VL"): image requests to it fail with that error.
+
 Weight sync strategies (`weight_sync`):
   "disk"    export the params as a HF checkpoint under `export_dir`, then POST /update_weights_from_disk
             and /flush_cache. CUDA SGLang has that endpoint; sglang-jax does not, and gets a WeightSyncError
@@ -14,6 +21,7 @@ Weight sync strategies (`weight_sync`):
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import os
 import shutil
@@ -28,6 +36,7 @@ from jaxwebrl.engines.base import (
     EngineError,
     EngineUnavailableError,
     Generation,
+    ImageInput,
     SamplingParams,
     WeightSyncError,
     WeightsSource,
@@ -163,8 +172,22 @@ class SGLangEngine:
             out["sampling_seed"] = int(params.seed)
         return out
 
+    def request_body(self, prompt: list[int], params: SamplingParams, max_new: int,
+                     images: Sequence[ImageInput] = ()) -> dict[str, Any]:
+        """The /generate payload: token ids in, logprobs back; images as base64 data urls, in prompt order."""
+        body: dict[str, Any] = {"input_ids": prompt, "sampling_params": self.sampling_payload(params, max_new),
+                                "return_logprob": True}
+        if images:
+            for i, im in enumerate(images):
+                if not isinstance(im.data, (bytes, bytearray)) or not im.data:
+                    raise ValueError(f"image {i}: ImageInput.data must be the encoded image bytes (PNG) for an "
+                                     "SGLang server")
+            body["image_data"] = ["data:image/png;base64," + base64.b64encode(im.data).decode() for im in images]
+        return body
+
     async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> Generation:
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
@@ -178,8 +201,7 @@ class SGLangEngine:
                 return Generation([], [], "context_length", len(prompt), version, version, rid, self.name)
             # The server rejects prompt + max_new_tokens >= context; JaxEngine stops at the cache end instead.
             max_new = min(max_new, ctx - 1 - len(prompt))
-        body = {"input_ids": prompt, "sampling_params": self.sampling_payload(params, max_new),
-                "return_logprob": True}
+        body = self.request_body(prompt, params, max_new, images)
         resp = await self._request("POST", "/generate", body)
         if resp.status_code != 200:
             text = resp.text[:500]

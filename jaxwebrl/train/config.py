@@ -22,6 +22,7 @@ class TrainConfig:
     scale_adv_by_std: bool = True
     adv_eps: float = 1e-6
     dynamic_sampling: bool = False  # drop zero-variance groups (DAPO / OpenWebRL)
+    freeze_vision: bool = False  # vision-language policies: the vision encoder gets no gradient and no update
 
     def __post_init__(self) -> None:
         for name in ("steps", "seq_len", "micro_batch", "accum_steps", "epochs", "groups_per_step"):
@@ -29,6 +30,8 @@ class TrainConfig:
             if int(value) < 1:
                 raise FieldError(name, f"{value} must be >= 1", "set a positive integer")
         one_of("old_logprobs", self.old_logprobs, OLD_LOGPROBS)
+        if not isinstance(self.freeze_vision, bool):
+            raise FieldError("freeze_vision", f"{self.freeze_vision!r} is not a bool", "set True or False")
         at_least("logits_chunk", self.logits_chunk, 0)
         if self.logits_chunk and self.seq_len % self.logits_chunk:
             raise FieldError("logits_chunk", f"{self.logits_chunk} does not divide train.seq_len={self.seq_len}",

@@ -7,12 +7,17 @@ front), so accumulating k micro-batches is the same computation as one big batch
 
 Logprobs are computed from the final hidden states in length chunks under `jax.checkpoint`, so the
 [B, T, V] float32 logits of a 150k-vocabulary model are never all live at once (`logits_chunk`).
+
+Vision-language models (`StepConfig.model` a `VLConfig`): the batch also holds `mrope_positions`
+[accum, 3, mb, T] (rows over data x fsdp like the tokens) and `vision` [accum, num_patches, ...] (the
+micro-batch's patches, replicated), built by `data.vl_batch`; the vision encoder runs inside the step, and
+`freeze_vision` keeps its params fixed (no gradient, no update, no weight decay).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +25,11 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
+from jax.sharding import NamedSharding, PartitionSpec
+
 from jaxwebrl.models import ModelConfig, abstract_params, hidden_states, lm_head, logical_axes
+from jaxwebrl.models import vl
+from jaxwebrl.models.vl_config import VLConfig
 from jaxwebrl.models.logprobs import entropy as entropy_fn
 from jaxwebrl.models.logprobs import token_logprobs
 from jaxwebrl.sharding import (
@@ -40,6 +49,7 @@ BATCH_KEYS: dict[str, Any] = {
     "norm_denom": jnp.float32,
 }
 REF_KEY = "ref_logprobs"
+VL_KEYS = ("mrope_positions", "vision")  # extra inputs of a vision-language batch (not token-aligned)
 
 State = dict[str, Any]  # {"params", "opt_state", "step": int32[], "rng": uint32[2]}
 
@@ -48,10 +58,19 @@ State = dict[str, Any]  # {"params", "opt_state", "step": int32[], "rng": uint32
 class StepConfig:
     """Static description of a compiled step (hashable)."""
 
-    model: ModelConfig
+    model: ModelConfig | VLConfig
     loss: LossConfig
     logits_chunk: int = 0  # 0: whole sequence at once
     with_entropy: bool = True
+    freeze_vision: bool = False  # VL models: the vision encoder gets no gradient and no update
+
+
+def _abstract_params(model: ModelConfig | VLConfig) -> Any:
+    return vl.abstract_params(model) if isinstance(model, VLConfig) else abstract_params(model)
+
+
+def _logical_axes(model: ModelConfig | VLConfig) -> Any:
+    return vl.logical_axes(model) if isinstance(model, VLConfig) else logical_axes(model)
 
 
 # ---- logprobs ----------------------------------------------------------------------------------
@@ -59,11 +78,20 @@ class StepConfig:
 
 def next_token_logprobs(
     cfg: StepConfig, params: Any, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array,
+    vl_inputs: dict[str, Any] | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
-    """lp[b, t] = log pi(tokens[b, t+1] | tokens[b, :t+1]) (last column is junk, masked), and entropy."""
+    """lp[b, t] = log pi(tokens[b, t+1] | tokens[b, :t+1]) (last column is junk, masked), and entropy.
+    `vl_inputs` (VL models): mrope_positions and vision of the micro-batch."""
     mc = cfg.model
-    h, _ = hidden_states(mc, params, tokens, positions, segment_ids)
-    w = lm_head(mc, params).astype(h.dtype)
+    if isinstance(mc, VLConfig):
+        if vl_inputs is None:
+            raise ValueError("a vision-language step needs mrope_positions and vision in the batch (data.vl_batch)")
+        inputs = {"tokens": tokens, "positions": positions, "segment_ids": segment_ids, **vl_inputs}
+        h, _ = vl.hidden_states(mc, params, inputs)
+        w = lm_head(mc.text, params["text"]).astype(h.dtype)
+    else:
+        h, _ = hidden_states(mc, params, tokens, positions, segment_ids)
+        w = lm_head(mc, params).astype(h.dtype)
     targets = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
     B, T, D = h.shape
     chunk = cfg.logits_chunk if cfg.logits_chunk and T % cfg.logits_chunk == 0 else T
@@ -97,8 +125,11 @@ def _unshift(x: jax.Array) -> jax.Array:
 
 def micro_loss(cfg: StepConfig, params: Any, micro: dict[str, jax.Array]) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
     """(loss_sum, (denominator, metric_sums)) of one micro-batch [mb, T]."""
-    lp, ent = next_token_logprobs(cfg, params, micro["tokens"], micro["positions"], micro["segment_ids"])
-    aligned = {k: _shift(v) for k, v in micro.items() if k not in ("tokens", "positions", "segment_ids")}
+    if cfg.freeze_vision and isinstance(cfg.model, VLConfig):
+        params = {**params, "vision": jax.lax.stop_gradient(params["vision"])}
+    vl_inputs = {k: micro[k] for k in VL_KEYS} if isinstance(cfg.model, VLConfig) else None
+    lp, ent = next_token_logprobs(cfg, params, micro["tokens"], micro["positions"], micro["segment_ids"], vl_inputs)
+    aligned = {k: _shift(v) for k, v in micro.items() if k not in ("tokens", "positions", "segment_ids", *VL_KEYS)}
     if ent is not None:
         aligned["entropy"] = ent
     loss_sum, denom, sums = get_loss(cfg.loss.kind)(cfg.loss, lp, aligned)
@@ -108,13 +139,31 @@ def micro_loss(cfg: StepConfig, params: Any, micro: dict[str, jax.Array]) -> tup
 # ---- shardings -------------------------------------------------------------------------------------
 
 
-def param_shardings(model: ModelConfig, mesh: Mesh) -> Any:
-    return tree_shardings(abstract_params(model), logical_axes(model), mesh)
+def param_shardings(model: ModelConfig | VLConfig, mesh: Mesh) -> Any:
+    return tree_shardings(_abstract_params(model), _logical_axes(model), mesh)
 
 
-def state_shardings(model: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh) -> State:
-    abs_p = abstract_params(model)
-    p_sh = tree_shardings(abs_p, logical_axes(model), mesh)
+def batch_shardings(model: ModelConfig | VLConfig, mesh: Mesh) -> Any:
+    """Shardings of a step's batch: one for every token-aligned array; a VL batch's mrope_positions rows
+    like the tokens, its vision arrays replicated (a pytree prefix of the batch dict)."""
+    tok = batch_spec_sharding(mesh)
+    if not isinstance(model, VLConfig):
+        return tok
+    rows = tok.spec[1]
+    return {"mrope_positions": NamedSharding(mesh, PartitionSpec(None, None, rows, None)),
+            "vision": replicated(mesh), "_tokens": tok}
+
+
+def _batch_in_shardings(model: ModelConfig | VLConfig, mesh: Mesh, keys: Sequence[str]) -> Any:
+    sh = batch_shardings(model, mesh)
+    if not isinstance(sh, dict):
+        return sh
+    return {k: sh[k] if k in VL_KEYS else sh["_tokens"] for k in keys}
+
+
+def state_shardings(model: ModelConfig | VLConfig, tx: optax.GradientTransformation, mesh: Mesh) -> State:
+    abs_p = _abstract_params(model)
+    p_sh = tree_shardings(abs_p, _logical_axes(model), mesh)
     o_sh = optimizer_state_shardings(jax.eval_shape(tx.init, abs_p), abs_p, p_sh, mesh)
     rep = replicated(mesh)
     return {"params": p_sh, "opt_state": o_sh, "step": rep, "rng": rep}
@@ -122,7 +171,7 @@ def state_shardings(model: ModelConfig, tx: optax.GradientTransformation, mesh: 
 
 def abstract_state(model: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh) -> State:
     """ShapeDtypeStructs (with shardings) of the whole train state; nothing is allocated."""
-    abs_p = abstract_params(model)
+    abs_p = _abstract_params(model)
     shapes = {
         "params": abs_p, "opt_state": jax.eval_shape(tx.init, abs_p),
         "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
@@ -137,6 +186,25 @@ def abstract_batch(mesh: Mesh, accum: int, micro_batch: int, seq_len: int, with_
     if with_ref:
         keys[REF_KEY] = jnp.float32
     return {k: jax.ShapeDtypeStruct((accum, micro_batch, seq_len), dt, sharding=sh) for k, dt in keys.items()}
+
+
+def abstract_vl_batch(model: VLConfig, mesh: Mesh, accum: int, micro_batch: int, seq_len: int, num_patches: int,
+                      with_ref: bool) -> dict[str, Any]:
+    """`abstract_batch` plus a VL batch's mrope_positions and `num_patches` rows of vision inputs per
+    micro-batch (the shapes `data.vl_batch` makes)."""
+    from jaxwebrl.models.vision import patch_layout
+
+    out: dict[str, Any] = dict(abstract_batch(mesh, accum, micro_batch, seq_len, with_ref))
+    sh = batch_shardings(model, mesh)
+    v = model.vision
+    layout = patch_layout(v, np.zeros((0, 3), np.int64), num_patches)
+    vision = {k: jax.ShapeDtypeStruct((accum,) + a.shape, a.dtype, sharding=sh["vision"]) for k, a in layout.items()}
+    vision["pixel_values"] = jax.ShapeDtypeStruct((accum, num_patches, v.patch_dim), jnp.float32, sharding=sh["vision"])
+    vision["scatter_to"] = jax.ShapeDtypeStruct((accum, num_patches // v.merge_unit), jnp.int32, sharding=sh["vision"])
+    out["mrope_positions"] = jax.ShapeDtypeStruct((accum, 3, micro_batch, seq_len), jnp.int32,
+                                                  sharding=sh["mrope_positions"])
+    out["vision"] = vision
+    return out
 
 
 def init_state(params: Any, tx: optax.GradientTransformation, mesh: Mesh, model: ModelConfig, seed: int = 0) -> State:
@@ -191,6 +259,8 @@ def train_step(cfg: StepConfig, tx: optax.GradientTransformation, schedule: opta
     grads, metrics = grads_and_metrics(cfg, state["params"], batch)
     grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state["params"])
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    if cfg.freeze_vision and isinstance(cfg.model, VLConfig):  # no update at all (weight decay included)
+        updates = {**updates, "vision": jax.tree.map(jnp.zeros_like, updates["vision"])}
     params = optax.apply_updates(state["params"], updates)
     metrics["grad_norm"] = optax.tree.norm(grads)
     metrics["update_norm"] = optax.tree.norm(updates)
@@ -205,7 +275,9 @@ def make_train_step(cfg: StepConfig, tx: optax.GradientTransformation, mesh: Mes
     """jit with explicit shardings: state as `state_shardings`, batch rows over data x fsdp, metrics
     replicated; the input state is donated."""
     s_sh = state_shardings(cfg.model, tx, mesh)
-    b_sh = batch_spec_sharding(mesh)
+    keys = list(BATCH_KEYS) + ([REF_KEY] if cfg.loss.needs_reference else []) + (
+        list(VL_KEYS) if isinstance(cfg.model, VLConfig) else [])
+    b_sh = _batch_in_shardings(cfg.model, mesh, keys)
     rep = replicated(mesh)
     fn = lambda state, batch: train_step(cfg, tx, schedule, state, batch)  # noqa: E731
     return jax.jit(fn, in_shardings=(s_sh, b_sh), out_shardings=(s_sh, rep), donate_argnums=(0,))
@@ -217,24 +289,35 @@ def make_score_fn(cfg: StepConfig, mesh: Mesh) -> Callable[[Any, dict[str, jax.A
     p_sh = param_shardings(cfg.model, mesh)
     b_sh = batch_spec_sharding(mesh)
     nocfg = dataclasses.replace(cfg, with_entropy=False)
+    is_vl = isinstance(cfg.model, VLConfig)
+    extra = VL_KEYS if is_vl else ()
 
     def score(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
         def one(_: None, m: dict[str, jax.Array]) -> tuple[None, jax.Array]:
-            lp, _ = next_token_logprobs(nocfg, params, m["tokens"], m["positions"], m["segment_ids"])
+            vl_inputs = {k: m[k] for k in extra} if is_vl else None
+            lp, _ = next_token_logprobs(nocfg, params, m["tokens"], m["positions"], m["segment_ids"], vl_inputs)
             return None, _unshift(lp)
 
-        sub = {k: batch[k] for k in ("tokens", "positions", "segment_ids")}
+        sub = {k: batch[k] for k in ("tokens", "positions", "segment_ids", *extra)}
         return jax.lax.scan(one, None, sub)[1]
 
-    return jax.jit(score, in_shardings=(p_sh, b_sh), out_shardings=b_sh)
+    # a VL batch's arrays keep the shardings they were placed with (data.vl_batch + the trainer's device_put)
+    return jax.jit(score, in_shardings=(p_sh, None if is_vl else b_sh), out_shardings=b_sh)
 
 
 def lower_train_step(cfg: StepConfig, tx: optax.GradientTransformation, mesh: Mesh, accum: int, micro_batch: int,
-                     seq_len: int, schedule: optax.Schedule | None = None, compile: bool = True) -> Any:
+                     seq_len: int, schedule: optax.Schedule | None = None, compile: bool = True,
+                     num_patches: int = 0) -> Any:
     """Lower and (unless `compile=False`) compile the step against abstract state and batch (no weights
-    allocated): the Compiled, or the Lowered program."""
+    allocated): the Compiled, or the Lowered program. VL models: `num_patches` image patch rows per
+    micro-batch."""
     step = make_train_step(cfg, tx, mesh, schedule)
+    if isinstance(cfg.model, VLConfig):
+        if num_patches < 1:
+            raise ValueError("lowering a vision-language step needs num_patches (image patch rows per micro-batch)")
+        batch = abstract_vl_batch(cfg.model, mesh, accum, micro_batch, seq_len, num_patches, cfg.loss.needs_reference)
+    else:
+        batch = abstract_batch(mesh, accum, micro_batch, seq_len, cfg.loss.needs_reference)
     with jax.set_mesh(mesh):
-        lowered = step.lower(abstract_state(cfg.model, tx, mesh),
-                             abstract_batch(mesh, accum, micro_batch, seq_len, cfg.loss.needs_reference))
+        lowered = step.lower(abstract_state(cfg.model, tx, mesh), batch)
         return lowered.compile() if compile else lowered

@@ -84,7 +84,8 @@ class Trainer:
             self.model_cfg, self.tokenizer_dir = model_cfg, tokenizer_dir
         check_attention_fits(self.model_cfg, config.train.seq_len, dict(self.mesh.shape))  # kernel vs mesh and length
         self.loss_cfg = config.loss
-        self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=config.train.logits_chunk)
+        self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=config.train.logits_chunk,
+                                   freeze_vision=config.train.freeze_vision)
         self.tx, self.schedule, self._step, self._score = _compiled_fns(
             self.step_cfg, config.optim, total_steps or config.train.steps, self.mesh)
         self.accum = config.train.accum_steps

@@ -60,6 +60,8 @@ def test_parsers_accept_reference_formats():
                         'exit(message="done")', "go_backward()", 'do(action="Scroll Down")'],
         "openwebrl": ['<tool_call>{"name": "click", "arguments": {"x": 512, "y": 86}}</tool_call>',
                       '<tool_call>{"name": "done", "arguments": {"answer": "x"}}</tool_call>'],
+        "webgym": ['<tool_call>{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [5, 6]}}</tool_call>',
+                   '<think>r</think><tool_call>{"name": "computer_use", "arguments": {"action": "answer", "text": "x"}}</tool_call>'],
         "bid": ["click('12')", "fill('12', \"text\")", "```\nscroll(0, 200)\n```", "send_msg_to_user('hi')"],
     }
     for space, samples in ok.items():
@@ -77,7 +79,8 @@ UNITS = ["\n", " \n", "\r\n", "<think>", "</think>", "<answer>", "</answer>", "<
          "```python\n", "do(", "click [", "click('1')\n", "(", "[", "'", '"', "\\", "{", '{"name": "wait", ',
          "noop(", "stop [", "type [1] [", "] [", "exit(message=", "\t", "x", "🙂"]
 VALID = ["```click [12]```", "stop [42]", '<answer>do(action="Click", element="7")</answer>', 'exit(message="x")',
-         '<tool_call>{"name": "click", "arguments": {"x": 5, "y": 6}}</tool_call>', "click('12')", "noop(wait_ms=5)"]
+         '<tool_call>{"name": "click", "arguments": {"x": 5, "y": 6}}</tool_call>', "click('12')", "noop(wait_ms=5)",
+         '<tool_call>{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [5, 6]}}</tool_call>']
 WORK_FACTOR = 8  # scanners may examine each character of the bounded response at most this many times
 N_STRINGS = 10_000
 

@@ -1,4 +1,4 @@
-"""Action spaces, chosen by name: `get_action_space("webarena" | "webagent_r1" | "openwebrl" | "bid")`.
+"""Action spaces, chosen by name: `get_action_space("webarena" | "webagent_r1" | "openwebrl" | "webgym" | "bid")`.
 
 Each space is an `ActionSpace(name, parse, execute, description, multi_call)`:
 - `parse(text) -> list[Action] | ParseError` never raises;
@@ -8,11 +8,11 @@ Each space is an `ActionSpace(name, parse, execute, description, multi_call)`:
 
 from __future__ import annotations
 
-from jaxwebrl.browser.actions import bid, openwebrl, webagent_r1, webarena
+from jaxwebrl.browser.actions import bid, openwebrl, webagent_r1, webarena, webgym
 from jaxwebrl.browser.actions.base import Action, ActionSpace, ExecResult, ParseError
 
 ACTION_SPACES: dict[str, ActionSpace] = {
-    s.name: s for s in (webarena.SPACE, webagent_r1.SPACE, openwebrl.SPACE, bid.SPACE)
+    s.name: s for s in (webarena.SPACE, webagent_r1.SPACE, openwebrl.SPACE, webgym.SPACE, bid.SPACE)
 }
 
 

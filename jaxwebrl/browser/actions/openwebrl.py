@@ -137,9 +137,22 @@ def _parse(text: str) -> ParseResult:
 parse = never_raises(_parse, "the tool calls")
 
 
-def _to_px(session: BrowserSession, x: float, y: float) -> tuple[float, float]:
-    vp = session.page.viewport_size or {"width": 1280, "height": 720}
-    return x / 1000 * vp["width"], y / 1000 * vp["height"]
+SCALE = 1000  # coordinates are 0..SCALE of the screenshot's width and height
+
+
+def to_css_pixels(x: float, y: float, viewport: tuple[float, float]) -> tuple[float, float]:
+    """0..1000 screenshot coordinates -> CSS pixels of the viewport. The screenshot spans the viewport at every
+    device scale factor, so the same normalised point names the same spot whatever the pixel density."""
+    return x / SCALE * viewport[0], y / SCALE * viewport[1]
+
+
+def to_normalised(px: float, py: float, viewport: tuple[float, float]) -> tuple[float, float]:
+    """CSS pixels -> 0..1000 screenshot coordinates (demonstrations aim at an element's box centre this way)."""
+    return px / viewport[0] * SCALE, py / viewport[1] * SCALE
+
+
+async def _to_px(session: BrowserSession, x: float, y: float) -> tuple[float, float]:
+    return to_css_pixels(x, y, await session.viewport())
 
 
 def _describe(info: dict[str, Any] | None) -> str:
@@ -172,7 +185,7 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
         if n == "done":
             return ExecResult(f"Succeed: task marked as done. Response: {a['answer']}", done=True, answer=a["answer"])
         if n == "click":
-            px, py = _to_px(session, a["x"], a["y"])
+            px, py = await _to_px(session, a["x"], a["y"])
             target = await session.describe_at(px, py)
             await page.mouse.click(px, py, button=a["button"], click_count=2 if a["click_type"] == "double" else 1)
             await session.await_navigation_start()  # mouse clicks do not wait for the navigation they start
@@ -180,13 +193,13 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
             msg = f"Succeed: {what} on {_describe(target)} at ({a['x']:g}, {a['y']:g}) executed."
             return ExecResult(msg + await _nav_note(session, url, tabs))
         if n == "hover":
-            px, py = _to_px(session, a["x"], a["y"])
+            px, py = await _to_px(session, a["x"], a["y"])
             await page.mouse.move(px, py)
             target = await session.describe_at(px, py)
             return ExecResult(f"Succeed: 'hover' on {_describe(target)} at ({a['x']:g}, {a['y']:g}) executed.")
         if n == "drag":
-            x1, y1 = _to_px(session, a["x1"], a["y1"])
-            x2, y2 = _to_px(session, a["x2"], a["y2"])
+            x1, y1 = await _to_px(session, a["x1"], a["y1"])
+            x2, y2 = await _to_px(session, a["x2"], a["y2"])
             await page.mouse.move(x1, y1)
             await page.mouse.down()
             await page.mouse.move(x2, y2, steps=8)
@@ -223,10 +236,10 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
             frac = amt if amt <= 1 else amt / 100
             pct = f"{frac * 100:g}%"
             before = await session.scroll_position()
-            vp = page.viewport_size or {"width": 1280, "height": 720}
+            vw, vh = await session.viewport()
             d = a["direction"].lower()
-            dx = {"left": -1, "right": 1}.get(d, 0) * vp["width"] * frac
-            dy = {"up": -1, "down": 1}.get(d, 0) * vp["height"] * frac
+            dx = {"left": -1, "right": 1}.get(d, 0) * vw * frac
+            dy = {"up": -1, "down": 1}.get(d, 0) * vh * frac
             await page.mouse.wheel(dx, dy)
             await page.wait_for_timeout(100)
             after = await session.scroll_position()
