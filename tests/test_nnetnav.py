@@ -373,3 +373,77 @@ def test_config_and_personas_validate(tmp_path):
     (tmp_path / "empty.txt").write_text("# only a comment\n\n")
     with pytest.raises(ValueError, match="lists no persona"):
         load_personas(tmp_path / "empty.txt")
+
+
+# ---- configs and the driver with one real tiny model as explorer, summariser, labeler and ORM --------------------
+
+
+def _load_config(name: str, **flags: Any):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path("configs") / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = module.get_config()
+    for k, v in flags.items():
+        node = cfg
+        *path, last = k.split(".")
+        for p in path:
+            node = node[p]
+        node[last] = v
+    return cfg
+
+
+_SCRIPT: list[Any] = []
+
+
+def _script():
+    import importlib.util
+
+    if _SCRIPT:
+        return _SCRIPT[0]
+    spec = importlib.util.spec_from_file_location("nnetnav_script", Path("scripts") / "nnetnav.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _SCRIPT.append(module)
+    return module
+
+
+def test_configs_parse_in_both_faces():
+    from jaxwebrl.config import apply_variants, parse_config
+
+    split = _script().split_config
+    run, nn = split(_load_config("nnetnav_explore"))
+    assert (run.recipe, run.engine.type, run.agent.prompt_format) == ("nnetnav", "sglang", "browseragent")
+    assert nn.schedule()[-1] == 40 and nn.best_of_k == 3 and not nn.judge_uses_policy and nn.judge.engine == "openai"
+    assert (nn.max_instances_per_origin, nn.min_action_interval_s) == (10, 0.5)
+    run, nn = split(_load_config("nnetnav_explore", local=True))
+    assert run.engine.checkpoint == "runs/grpo_local/bc/hf" and run.env.action_space == "bid"
+    assert nn.judge_uses_policy and nn.max_steps == 20 and nn.personas_file.endswith("miniwob.txt")
+    run, nn = split(_load_config("nnetnav_explore", local=True, quick=True, **{"nnetnav.max_steps": 12}),
+                    explicit={"nnetnav.max_steps"})
+    assert nn.seeds == "0:2" and nn.max_steps == 12  # the command line's value wins over the overlays
+    sft = parse_config(apply_variants(_load_config("sft_nnetnav")))
+    assert (sft.recipe, sft.data.kind, sft.optim.lr, sft.train.accum_steps) == ("nnetnav", "sft", 2e-5, 16)
+    sft = parse_config(apply_variants(_load_config("sft_nnetnav", local=True)))
+    assert sft.data.train_files.endswith("nnetnav_explore_local/nnetnav/nnetnav_sft.jsonl")
+
+
+def test_driver_with_one_tiny_model_for_every_role(policy, tmp_path):
+    # A random tiny Flax model explores (its outputs are no actions: the episode ends on format errors) and
+    # judges (its answers do not parse): every labelled prefix is dropped with its reason, nothing crashes.
+    _, _, _, model_dir = policy
+    flags = {"workdir": str(tmp_path / "run"), "engine.checkpoint": str(model_dir), "engine.max_len": 4096,
+             "agent.max_format_errors": 2, "agent.max_new_tokens": 8, "env.contexts_per_browser": 2}
+    run, nn = _script().split_config(_load_config("nnetnav_explore", local=True, quick=True, **flags), explicit=set(flags))
+    from jaxwebrl.recipes.nnetnav_run import run_pipeline
+
+    report = asyncio.run(run_pipeline(run, nn, log=lambda _m: None))
+    ex = report["explore"]
+    assert ex["explorations"] == 4 and ex["steps"] > 0
+    assert ex["prefixes_labelled"] == 4 and ex["dropped"] == 4 and ex["accepted"] == 0
+    assert set(ex["dropped_reasons"]) <= {"no state-change summary for step 1", "labeler unparsable",
+                                         "orm unparsable"}
+    assert report["relabel"]["demonstrations"] == 0
+    saved = json.loads((tmp_path / "run" / "nnetnav" / "report.json").read_text())
+    assert saved["explore"]["explorations"] == 4

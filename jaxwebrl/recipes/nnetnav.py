@@ -238,12 +238,19 @@ class ExplorationEnv:
         else:
             self.summaries.append(None)
             self.summary_errors[t] = f"summariser {v.error_kind}: {v.error_detail}"[:500]
-        ends = res.done or t >= self.cfg.max_steps
-        if t in self.schedule or (self.cfg.label_at_end and ends and t > 0):
+        if t in self.schedule:
             if not await self._check(t):
                 self.pruned_at = t
                 return dataclasses.replace(res, done=True, observation=self._shown(res.observation))
         return dataclasses.replace(res, observation=self._shown(res.observation))
+
+    async def finish(self, termination: str) -> None:
+        """`label_at_end`: label the whole episode when it ended off the schedule (stop, task done, horizon,
+        format errors), unless it was pruned or the browser failed."""
+        t = len(self.steps)
+        if (self.cfg.label_at_end and t > 0 and self.pruned_at is None and termination != "env_error"
+                and not (self.checks and self.checks[-1].t == t)):
+            await self._check(t)
 
     async def _check(self, t: int) -> bool:
         """Label + score the prefix steps[:t]; False = the ORM rejected it (prune). Failures drop the prefix."""
@@ -293,7 +300,8 @@ class EpisodeOutcome:
 def explorer_agent(agent: AgentConfig, cfg: NNetNavConfig) -> AgentConfig:
     """The run's agent settings with the explorer's prompt, horizon and temperature."""
     fmt = agent.prompt()
-    return dataclasses.replace(agent, system_prompt=explore_system_prompt(fmt, cfg.max_steps), max_steps=cfg.max_steps,
+    system = explore_system_prompt(fmt, cfg.max_steps) if cfg.explore_prompt else agent.system_prompt
+    return dataclasses.replace(agent, system_prompt=system, max_steps=cfg.max_steps,
                                temperature=cfg.temperature, greedy=cfg.temperature <= 0)
 
 
@@ -320,6 +328,7 @@ async def explore(pool: BrowserPool, env_config: EnvConfig, engine: Engine, toke
                                            sample_seed=seed + 1)
             finally:
                 await env.close()
+            await env.finish(result.trajectory.termination)
         term = "pruned" if env.pruned_at is not None else result.trajectory.termination
         out = EpisodeOutcome(task.task_id, seed, episode_id, persona, len(result.trajectory.turns), term, env.checks)
         if on_done is not None:

@@ -31,6 +31,8 @@ class NNetNavConfig:
     label_at_end: bool = True  # also label the whole episode when it ends off the schedule (MiniWoB++ tasks end early)
     pass_score: int = 4  # ORM accepts a prefix with score >= pass_score (1..5)
     temperature: float = 1.0  # explorer sampling temperature
+    explore_prompt: bool = True  # the explorer's system prompt (Listing 2); False keeps the agent's own (a small
+    # policy trained from scratch on a short system prompt), the persona still being its task line
     show_summaries: bool = True  # the explorer sees the state-change summaries so far (Listing 2's "Trajectory")
     concurrency: int = 4  # exploration episodes at once (further bounded per origin)
     max_instances_per_origin: int = 10  # politeness: browser instances on one origin at once
