@@ -447,3 +447,44 @@ def test_driver_with_one_tiny_model_for_every_role(policy, tmp_path):
     assert report["relabel"]["demonstrations"] == 0
     saved = json.loads((tmp_path / "run" / "nnetnav" / "report.json").read_text())
     assert saved["explore"]["explorations"] == 4
+
+
+# ---- best of K ----------------------------------------------------------------------------------------------------
+
+
+def test_best_of_k_replays_the_instruction_and_keeps_the_orm_best(policy, suite, tmp_path):
+    # K = 2: one more agent episode per instruction (the scripted policy clicks the button: one step), scored by
+    # the ORM (5 for it). Demo A (ORM 4) is replaced by it; demo B (ORM 5, a tie) keeps the original.
+    from jaxwebrl.recipes.nnetnav import best_of_k
+
+    _, _, tok, _ = policy
+    judge = RuleJudge(tok, lambda k, t: "Reward: 5" if k == "reward" else standard(k, t))
+    judges = NNetNavJudges.on_engine(judge, tok, JudgeOptions(timeout_s=5.0, retries=0))
+    agent = AgentConfig(strategy="current_plus_history", prompt_format="bid", max_new_tokens=32,
+                        max_context_tokens=4096)
+    a, b = dataclasses.replace(_demo(0, 2), orm_score=4.0), _demo(1, 2)
+    assert b.orm_score == 5.0
+    originals = [dataclasses.replace(Trajectory_of(d), metadata={"orm_score": d.orm_score, "best_of_k": "original"})
+                 for d in (a, b)]
+
+    async def go():
+        agent_engine = ScriptedPolicy(tok, "bid", "bid", ["solve"])
+        async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=2), ENV) as pool:
+            task = suite.get_task("miniwob.click-button")
+            out = [await best_of_k(d, o, 2, pool, ENV, {task.task_id: task}, agent_engine, tok, agent, judges)
+                   for d, o in zip((a, b), originals)]
+        return out, agent_engine
+
+    (best_a, best_b), agent_engine = asyncio.run(go())
+    assert len(agent_engine.sessions) == 2  # one extra episode per instruction was played
+    assert [k for k, _ in judge.prompts].count("reward") == 2
+    assert best_a.metadata["best_of_k"] == "sample1" and best_a.metadata["orm_score"] == 5.0
+    assert len(best_a.turns) == 1 and "click(" in best_a.turns[0].action
+    assert f"Task: {a.instruction}" in tok.decode(best_a.turns[0].prompt_ids)  # the agent ran on the instruction
+    assert best_b is originals[1]
+
+
+def Trajectory_of(d: ExplorationDemo):
+    from jaxwebrl.data.records import Trajectory, Turn
+
+    return Trajectory(d.task_id, [Turn([1], [2], observation=s.observation, action=s.action) for s in d.steps])
