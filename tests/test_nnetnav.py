@@ -119,7 +119,8 @@ def standard(kind: str, t: int) -> str:
 
 
 def run_explore(policy, suite, tmp_path: Path, decide: Decision, cfg: NNetNavConfig, *, episodes: int = 1,
-                options: JudgeOptions | None = None, politeness: Politeness | None = None, contexts: int = 2):
+                options: JudgeOptions | None = None, politeness: Politeness | None = None, contexts: int = 2,
+                task_id: str = "miniwob.click-button"):
     _, _, tok, _ = policy
     judge = RuleJudge(tok, decide)
     explorer = ScriptedPolicy(tok, "bid", "bid", ["idle"])
@@ -131,7 +132,7 @@ def run_explore(policy, suite, tmp_path: Path, decide: Decision, cfg: NNetNavCon
         judges = NNetNavJudges.on_engine(judge, tok, options or JudgeOptions(timeout_s=5.0, retries=0),
                                          pass_score=cfg.pass_score)
         async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=contexts), ENV) as pool:
-            task = suite.get_task("miniwob.click-button")
+            task = suite.get_task(task_id)
             return await explore(pool, ENV, explorer, tok, [task], list(range(episodes)), agent, cfg, judges, store,
                                  personas=PERSONAS, politeness=politeness)
 
@@ -180,6 +181,21 @@ def test_label_at_end_when_the_episode_stops_off_schedule(policy, suite, tmp_pat
                                         lambda k, t: "Reward: 4" if k == "reward" else standard(k, t), cfg)
     assert [c.t for c in outcomes[0].checks] == [4, 6]  # schedule point 4, then the horizon's end
     assert [d.prune_step for d in store.demos] == [4, 6] and outcomes[0].termination == "max_steps"
+
+
+def test_exploration_on_a_local_multi_page_site(policy, tmp_path):
+    sites = get_suite("local_sites", sites=("shop",)).start()
+    try:
+        task_id = sites.task_ids("train")[0]
+        cfg = NNetNavConfig(max_steps=4, min_action_interval_s=0.0, seeds="0")
+        outcomes, store, judge, _ = run_explore(policy, sites, tmp_path, lambda k, t: "Reward: 4" if k == "reward"
+                                                else standard(k, t), cfg, task_id=task_id)
+    finally:
+        sites.stop()
+    assert outcomes[0].steps == 4 and [c.outcome for c in outcomes[0].checks] == ["accepted"]
+    demo = store.demos[0]
+    assert demo.task_id == task_id and demo.prune_step == 4 and demo.env_goal
+    assert "shop" in demo.steps[0].observation.lower()
 
 
 # ---- failures drop a prefix, nothing stored is lost --------------------------------------------------------

@@ -34,6 +34,7 @@ from jaxwebrl.agent.context import APPEND_ONLY, ContextInputs, StepRecord, get_s
 from jaxwebrl.agent.episode import AgentConfig, run_episode
 from jaxwebrl.agent.prompts import get_format
 from jaxwebrl.agent.render import PromptRenderer
+from jaxwebrl.browser.actions import get_action_space
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.env import StepResult
 from jaxwebrl.browser.observation import Observation
@@ -320,7 +321,7 @@ async def explore(pool: BrowserPool, env_config: EnvConfig, engine: Engine, toke
         origin = origin_of_task(task)
         persona = sample_persona(personas, task.task_id, seed)
         episode_id = uuid.uuid4().hex[:12]
-        async with sem, politeness.instance(origin):
+        async with politeness.instance(origin), sem:  # origin first: a full origin never holds a global slot
             env = ExplorationEnv(await pool.new_env(env_config), persona=persona, judges=judges, cfg=cfg, store=store,
                                  politeness=politeness, origin=origin, seed=seed, episode_id=episode_id)
             try:
@@ -365,6 +366,7 @@ async def relabel_demo(demo: ExplorationDemo, engine: Engine, tokenizer: Any, ag
     context with the instruction as the task and the explored actions as history; its response is what the
     policy engine now writes (the engine's token ids); a last turn on the final page stops with the answer."""
     fmt, build = agent.prompt(), get_strategy(agent.strategy)
+    space = get_action_space(fmt.action_space)
     renderer = PromptRenderer(tokenizer)
     turns: list[Turn] = []
     past: list[StepRecord] = []
@@ -381,16 +383,16 @@ async def relabel_demo(demo: ExplorationDemo, engine: Engine, tokenizer: Any, ag
             gen = await engine.generate(rendered.ids, params, session_id=f"relabel-{demo.episode_id}-{demo.prune_step}")
             ids = list(gen.token_ids)
             text = tokenizer.decode(ids, skip_special_tokens=True)
+            parsed = space.parse(text)
             turns.append(Turn(list(rendered.ids), ids, list(gen.logprobs), observation=page, action=text,
-                              format_ok=fmt.format_ok(text)))
+                              format_ok=fmt.format_ok(text) and isinstance(parsed, list) and bool(parsed)))
             step = demo.steps[i]
             past.append(StepRecord(observation=current.observation, feedback=current.feedback,
                                    response_text=step.response, action=step.action))
         else:
             answer, how = await _stop_answer(stop_runner, demo, fmt.action_space)
             action = STOP_ACTION[fmt.action_space].format(answer=answer.replace("'", "").replace('"', ""))
-            text = answer_text(action, fmt.name if fmt.name in ("bid", "webagent_r1", "openwebrl", "webgym",
-                                                                 "browseragent") else "bid")
+            text = answer_text(action, fmt.name)
             ids = list(tokenizer.encode(text, add_special_tokens=False)) + [_eos(tokenizer)]
             turns.append(Turn(list(rendered.ids), ids, None, observation=page, action=action))
     if agent.strategy in APPEND_ONLY:
