@@ -264,6 +264,8 @@ def test_politeness_limits_hold_under_a_burst(policy, suite, tmp_path):
     # the limits were needed: actions of different instances did run closer together than 0.3 s
     times = sorted(t for _, _, t in pol.log.actions)
     assert min(b - a for a, b in zip(times, times[1:])) < 0.3
+    print(f"politeness: {len(pol.log.actions)} actions, peak instances {pol.log.peak_instances}, min gap per "
+          f"instance {gap:.3f} s, min gap across instances {min(b - a for a, b in zip(times, times[1:])):.3f} s")
 
 
 # ---- prompts: token-exact against the chat template -------------------------------------------------------------
@@ -504,3 +506,37 @@ def Trajectory_of(d: ExplorationDemo):
     from jaxwebrl.data.records import Trajectory, Turn
 
     return Trajectory(d.task_id, [Turn([1], [2], observation=s.observation, action=s.action) for s in d.steps])
+
+
+def test_an_episode_that_cannot_start_is_recorded_and_the_others_run(policy, suite, tmp_path):
+    class Unreachable:  # a task whose page cannot be set up: its episode ends env_error, the other one runs
+        task_id = "broken.task"
+
+        def allowed_origins(self):
+            return ("http://127.0.0.1:9",)
+
+        async def setup(self, session, seed):
+            raise RuntimeError("site down")
+
+        async def is_done(self, session):
+            return False
+
+        async def evaluate(self, session, answer):
+            raise RuntimeError("site down")
+
+    _, _, tok, _ = policy
+    cfg = NNetNavConfig(max_steps=4, min_action_interval_s=0.0, seeds="0")
+    store = DemoStore(tmp_path / "nnetnav")
+    agent = AgentConfig(strategy="current_plus_history", prompt_format="bid", max_new_tokens=32, max_context_tokens=4096)
+
+    async def go():
+        judges = NNetNavJudges.on_engine(RuleJudge(tok, lambda k, t: "Reward: 5" if k == "reward" else standard(k, t)),
+                                         tok, JudgeOptions(timeout_s=5.0, retries=0))
+        async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=2), ENV) as pool:
+            return await explore(pool, ENV, ScriptedPolicy(tok, "bid", "bid", ["idle"]), tok,
+                                 [Unreachable(), suite.get_task("miniwob.click-button")], [0], agent, cfg, judges, store,
+                                 personas=PERSONAS)
+
+    broken, ok = asyncio.run(go())
+    assert broken.termination == "env_error" and broken.steps == 0 and broken.checks == []
+    assert ok.steps == 4 and [c.outcome for c in ok.checks] == ["accepted"] and len(store.demos) == 1

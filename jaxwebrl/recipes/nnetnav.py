@@ -296,6 +296,7 @@ class EpisodeOutcome:
     steps: int
     termination: str  # 'pruned' when the ORM stopped it, else the episode loop's reason
     checks: list[PrefixCheck]
+    error: str = ""  # why the episode could not run (no browser context): recorded, the others go on
 
 
 def explorer_agent(agent: AgentConfig, cfg: NNetNavConfig) -> AgentConfig:
@@ -318,6 +319,15 @@ async def explore(pool: BrowserPool, env_config: EnvConfig, engine: Engine, toke
     sem = asyncio.Semaphore(cfg.concurrency)
 
     async def one(task: Any, seed: int) -> EpisodeOutcome:
+        try:
+            return await episode(task, seed)
+        except Exception as exc:  # noqa: BLE001 - failures are data: one lost browser never ends exploration
+            out = EpisodeOutcome(task.task_id, seed, "", "", 0, "env_error", [], f"{type(exc).__name__}: {exc}"[:500])
+            if on_done is not None:
+                on_done(out)
+            return out
+
+    async def episode(task: Any, seed: int) -> EpisodeOutcome:
         origin = origin_of_task(task)
         persona = sample_persona(personas, task.task_id, seed)
         episode_id = uuid.uuid4().hex[:12]
