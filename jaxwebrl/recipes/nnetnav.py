@@ -32,7 +32,6 @@ from typing import Any, Callable, Sequence
 
 from jaxwebrl.agent.context import APPEND_ONLY, ContextInputs, StepRecord, get_strategy
 from jaxwebrl.agent.episode import AgentConfig, run_episode
-from jaxwebrl.agent.prompts import get_format
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.actions import get_action_space
 from jaxwebrl.browser.config import EnvConfig
