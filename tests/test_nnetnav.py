@@ -354,6 +354,31 @@ def test_relabeled_data_loads_in_the_sft_path_and_trains(policy, tmp_path):
         # each prompt is exactly the agent's context rendered by the chat template
         ctx = ContextInputs(agent.prompt(), d.instruction, [], StepRecord(Observation(d.instruction, d.steps[0].observation), None))
         assert traj.turns[0].prompt_ids == renderer.render(get_strategy(agent.strategy)(ctx)).ids
+    # an engine that fails on one demonstration: that one is left out with its reason, the others relabel
+    class FailsOn:
+        name = "fails-on"
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def generate(self, prompt_ids, params, *, session_id=None):
+            if "list 1" in tok.decode(list(prompt_ids)):
+                raise RuntimeError("policy server died")
+            return await self.inner.generate(prompt_ids, params, session_id=session_id)
+
+    async def go_failing():
+        engine = JaxEngine(cfg, params, num_slots=4, max_len=2048, tokenizer=tok, buckets=(256, 512, 1024, 2048))
+        failures: list = []
+        try:
+            out = await relabel(demos, FailsOn(engine), tok, agent, EngineBackend(stop_judge, tok), failures=failures)
+        finally:
+            await engine.close()
+        return out, failures
+
+    partial, failures = asyncio.run(go_failing())
+    assert [t.metadata["episode_id"] for t in partial] == ["ep0", "ep2", "ep3"]
+    assert len(failures) == 1 and failures[0]["episode_id"] == "ep1" and "policy server died" in failures[0]["reason"]
+
     path = tmp_path / "nnetnav_sft.jsonl"
     write_jsonl(path, trajs)
     assert len(read_trajectories(path)) == 4
@@ -371,6 +396,7 @@ def test_relabeled_data_loads_in_the_sft_path_and_trains(policy, tmp_path):
     losses = [h["train/loss"] for h in hist if "train/loss" in h]
     assert len(losses) >= 10 and all(math.isfinite(x) for x in losses)
     assert sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
+    print(f"nnetnav sft: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     assert math.isfinite(metrics["train/loss"])
 
 

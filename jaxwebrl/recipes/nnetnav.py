@@ -418,15 +418,24 @@ async def relabel_demo(demo: ExplorationDemo, engine: Engine, tokenizer: Any, ag
 
 async def relabel(demos: Sequence[ExplorationDemo], engine: Engine, tokenizer: Any, agent: AgentConfig,
                   stop_backend: JudgeBackend, *, temperature: float = 0.0, options: JudgeOptions | None = None,
-                  concurrency: int = 4) -> list[Trajectory]:
+                  concurrency: int = 4, failures: list[dict[str, Any]] | None = None) -> list[Trajectory]:
+    """Relabel every demonstration; one whose engine call fails is left out and recorded in `failures`
+    (the demonstration itself stays in demonstrations.jsonl and can be relabelled again)."""
     runner = CallRunner(stop_backend, options or JudgeOptions())
     sem = asyncio.Semaphore(concurrency)
 
-    async def one(i: int, d: ExplorationDemo) -> Trajectory:
+    async def one(i: int, d: ExplorationDemo) -> Trajectory | None:
         async with sem:
-            return await relabel_demo(d, engine, tokenizer, agent, runner, temperature=temperature, seed=i)
+            try:
+                return await relabel_demo(d, engine, tokenizer, agent, runner, temperature=temperature, seed=i)
+            except Exception as exc:  # noqa: BLE001 - one failed relabeling never loses the others
+                if failures is not None:
+                    failures.append({"episode_id": d.episode_id, "prune_step": d.prune_step,
+                                     "reason": f"{type(exc).__name__}: {exc}"[:500]})
+                return None
 
-    return list(await asyncio.gather(*(one(i, d) for i, d in enumerate(demos))))
+    done = await asyncio.gather(*(one(i, d) for i, d in enumerate(demos)))
+    return [t for t in done if t is not None]
 
 
 # ---- best of K ---------------------------------------------------------------------------------------------

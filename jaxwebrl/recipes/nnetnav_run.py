@@ -86,16 +86,21 @@ async def run_pipeline(run: Any, nn: NNetNavConfig, *, stages: Sequence[str] = S
                     log(f"exploration: {report['explore']}")
                 if "relabel" in stages:
                     demos = read_demos(store.demos_path) if store.demos_path.exists() else []
+                    failures: list[dict[str, Any]] = []
                     trajs = await relabel(demos, engine, tokenizer, run.agent, judges.orm.backend,
-                                          temperature=nn.relabel_temperature, options=judge_options(nn))
+                                          temperature=nn.relabel_temperature, options=judge_options(nn),
+                                          failures=failures)
                     if nn.best_of_k > 1:
-                        trajs = [await best_of_k(d, t, nn.best_of_k, pool, env_cfg, tasks, engine, tokenizer,
-                                                 run.agent, judges) for d, t in zip(demos, trajs)]
+                        by_key = {(d.episode_id, d.prune_step): d for d in demos}
+                        trajs = [await best_of_k(by_key[(t.metadata["episode_id"], t.metadata["prune_step"])], t,
+                                                 nn.best_of_k, pool, env_cfg, tasks, engine, tokenizer, run.agent,
+                                                 judges) for t in trajs]
                     path = out_dir / "nnetnav_sft.jsonl"
                     write_jsonl(path, trajs)
                     steps = [t for traj in trajs for t in traj.turns]
                     report["relabel"] = {
                         "demonstrations": len(trajs), "sft_steps": len(steps), "file": str(path),
+                        "failed": len(failures), "failures": failures[:20],
                         "format_ok": sum(t.format_ok for t in steps) / max(1, len(steps)),
                         "stop_sources": dict(collections.Counter(t.metadata["stop_source"] for t in trajs)),
                         "best_of_k": dict(collections.Counter(t.metadata["best_of_k"] for t in trajs)),
