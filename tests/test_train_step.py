@@ -78,3 +78,37 @@ def test_grpo_train_on_samples(tmp_path):
     assert np.isfinite(m["loss"]) and 0.05 < m["logprob_mismatch"] < 5  # engine logprobs were made up (-4..-5)
     assert tr.step == 2 and 0 <= m["clip_frac"] <= 1
     tr.close()
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.3])
+def test_grpo_logprobs_use_the_rollout_temperature(tmp_path, temperature):
+    """The JaxEngine samples at T and returns log softmax(logits / T); the trainer's GRPO logprobs use the
+    same T (agent.temperature), so on-policy the importance ratio is 1 (mismatch ~ 0), not exp(a T gap)."""
+    import asyncio
+
+    from jaxwebrl.engines.base import SamplingParams
+    from jaxwebrl.engines.jax_engine import JaxEngine
+
+    params = init_params(MC, jax.random.key(0))
+
+    async def sample() -> list:
+        engine = JaxEngine(MC, params, num_slots=2, max_len=128)
+        try:
+            return [await engine.generate(list(range(3, 11)), SamplingParams(temperature=temperature, seed=s,
+                                                                              max_new_tokens=16, ignore_eos=True))
+                    for s in range(4)]
+        finally:
+            await engine.close()
+
+    gens = asyncio.run(sample())
+    trajs = [Trajectory("t0", [Turn(list(range(3, 11)), g.token_ids, response_logprobs=g.logprobs)], reward=float(i % 2))
+             for i, g in enumerate(gens)]
+    samples = build_samples(assign_group_advantages(trajs), per="turn", norm="per_turn")
+    mismatch = {}
+    for t in (temperature, 1.0):
+        c = _config(tmp_path / str(t), micro_batch=4, accum_steps=1, seq_len=32, epochs=1, old_logprobs="recompute")
+        c.loss.kind, c.loss.beta, c.agent.temperature = "grpo", 0.0, t
+        tr = Trainer(parse_config(c), params=params, model_cfg=MC, checkpointing=False)
+        mismatch[t] = tr.train_on_samples(samples)["logprob_mismatch"]
+        tr.close()
+    assert mismatch[temperature] < 1e-4 and mismatch[1.0] > max(0.01, 100 * mismatch[temperature])

@@ -63,6 +63,7 @@ class StepConfig:
     logits_chunk: int = 0  # 0: whole sequence at once
     with_entropy: bool = True
     freeze_vision: bool = False  # VL models: the vision encoder gets no gradient and no update
+    temperature: float = 1.0  # logprobs of softmax(logits / T): the rollouts' T for GRPO (trainer.sampling_temperature)
 
 
 def _abstract_params(model: ModelConfig | VLConfig) -> Any:
@@ -98,6 +99,8 @@ def next_token_logprobs(
 
     def one(hc: jax.Array, tc: jax.Array) -> tuple[jax.Array, jax.Array]:
         logits = jnp.einsum("btd,dv->btv", hc, w, preferred_element_type=jnp.float32)
+        if cfg.temperature != 1.0:
+            logits = logits / cfg.temperature
         ent = entropy_fn(logits) if cfg.with_entropy else jnp.zeros(tc.shape, jnp.float32)
         return token_logprobs(logits, tc), jax.lax.stop_gradient(ent)
 

@@ -67,6 +67,16 @@ def _floats(tree: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in jax.device_get(tree).items()}
 
 
+def sampling_temperature(config: Any) -> float:
+    """The temperature the policy gradient's logprobs use: the rollouts' (`agent.temperature`) for the
+    importance-ratio loss, so the trainer's pi(a|s) is the distribution the engine sampled from and the
+    engine's logprobs (same convention, engines/base.py) are comparable; 1 for weighted log-likelihood
+    losses (SFT, RFT, REINFORCE), which train the untempered policy."""
+    agent = getattr(config, "agent", None)
+    t = float(getattr(agent, "temperature", 1.0))
+    return t if config.loss.kind == "grpo" and t > 1e-6 else 1.0
+
+
 class Trainer:
     """See the module docstring. `config` is a `jaxwebrl.config.RunConfig`; `params`/`model_cfg` may be given
     directly (tests, the RL loop)."""
@@ -85,7 +95,8 @@ class Trainer:
         check_attention_fits(self.model_cfg, config.train.seq_len, dict(self.mesh.shape))  # kernel vs mesh and length
         self.loss_cfg = config.loss
         self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=config.train.logits_chunk,
-                                   freeze_vision=config.train.freeze_vision)
+                                   freeze_vision=config.train.freeze_vision,
+                                   temperature=sampling_temperature(config))
         self.tx, self.schedule, self._step, self._score = _compiled_fns(
             self.step_cfg, config.optim, total_steps or config.train.steps, self.mesh)
         self.accum = config.train.accum_steps
