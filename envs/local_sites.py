@@ -52,6 +52,12 @@ class SiteTask:
     def difficulty(self) -> str:
         return self.spec["difficulty"]
 
+    @property
+    def has_rule_evaluator(self) -> bool:
+        """False for a task file entry without checks (an open-web style task: `reward.source='rule_or_judge'`
+        has a judge score it)."""
+        return bool((self.spec.get("eval") or {}).get("eval_types"))
+
     def allowed_origins(self) -> tuple[str, ...]:
         return self.origins
 
@@ -63,6 +69,8 @@ class SiteTask:
         return False
 
     async def evaluate(self, session: BrowserSession, answer: str | None) -> EvalResult:
+        if not self.has_rule_evaluator:
+            return EvalResult(0.0, False, {"rule_evaluator": False})
         reward, checks = await evaluators.evaluate(self.spec["eval"], session, answer)
         return EvalResult(reward, reward >= 1.0, {"checks": checks})
 
