@@ -3,7 +3,7 @@ the rule evaluator labels the episodes, and a small Flax judge (the BC policy's 
 SUCCESS / NOT SUCCESS; held-out seeds report accuracy, precision, recall and AUC with 95% intervals against the
 majority-class baseline (report.md, calibration.png), and the judge is exported to HuggingFace.
 
-    python -m jaxwebrl.recipes.judge_training --config configs/judge_local.py \
+    python scripts/train_judge.py --config configs/judge_local.py \
         --config.policy=runs/grpo_local/bc/hf [--config.quick=true]
 
 `policy_run` is the main job's config (configs/grpo_local.py): its tasks, browser and agent settings are the

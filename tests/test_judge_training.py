@@ -41,3 +41,57 @@ def test_agreement_counts_and_intervals() -> None:
 def test_calibration_bins() -> None:
     table = calibration([True, False, True, True], [0.05, 0.08, 0.95, 0.91], bins=10)
     assert table == [(pytest.approx(0.065), 0.5, 2), (pytest.approx(0.93), 1.0, 2)]
+
+
+def test_verdict_score_is_the_models_next_token_probability(tmp_path) -> None:
+    """The judge's score (P(SUCCESS) over the two verdicts' first tokens, batched and padded) equals the same
+    probability from transformers' forward pass on each prompt alone; the prior correction keeps the order."""
+    import torch
+    import transformers
+
+    from jaxwebrl.models import load_hf, load_tokenizer
+    from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+    from jaxwebrl.recipes.judge_training import Example, prior_corrected, verdict_ids, verdict_scores
+    from judge_fixtures import CORPUS
+
+    make_tiny_checkpoint(tmp_path, tiny_config("qwen3"), seed=1, std=0.5, corpus=CORPUS)
+    tok = load_tokenizer(tmp_path)
+    cfg, params = load_hf(tmp_path)
+    ids = verdict_ids(tok)
+    rng = np.random.default_rng(0)
+    data = [Example(list(rng.integers(3, 400, n)), ids[True], True, "t", 0) for n in (5, 17, 40, 9, 33)]
+    ours = verdict_scores(cfg, params, data, tok, batch=2)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    for e, score in zip(data, ours):
+        with torch.no_grad():
+            logits = model(torch.tensor([e.prompt_ids])).logits[0, -1].double()
+        two = torch.softmax(logits[[ids[True][0], ids[False][0]]], 0)
+        assert score == pytest.approx(float(two[0]), abs=2e-5)
+    assert len(set(np.round(ours, 6))) == len(ours)  # the scores differ: the check compared real values
+    moved = prior_corrected(ours, 0.25)
+    assert np.all(np.argsort(moved) == np.argsort(ours)) and np.all(moved < ours)
+
+
+def test_judge_local_config_parses_with_quick_and_command_line_fields() -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("judge_local", root / "configs" / "judge_local.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.path.insert(0, str(root / "scripts"))
+    from train_judge import parse
+
+    c = module.get_config()
+    run, cfg = parse(c)
+    assert cfg.steps == 120 and run.tasks.train.count(",") == 11 and run.env.action_space == "bid"
+    c.quick, c.workdir = True, "/tmp/mine"
+    run, cfg = parse(c, explicit={"workdir"})
+    assert cfg.steps == 40 and cfg.workdir == "/tmp/mine" and "click-widget" in run.tasks.train
+    c.batch = 1
+    from jaxwebrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"config.batch: 1 must be >= 2; use at least 2"):
+        parse(c)

@@ -42,12 +42,14 @@ def _point(labels: np.ndarray, scores: np.ndarray) -> dict[str, float]:
     fp = float(np.sum(pred & ~labels))
     fn = float(np.sum(~pred & labels))
     majority = labels.mean() >= 0.5
+    accuracy = float(np.mean(pred == labels))
     return {
-        "accuracy": float(np.mean(pred == labels)),
+        "accuracy": accuracy,
         "precision": tp / (tp + fp) if tp + fp else float("nan"),
         "recall": tp / (tp + fn) if tp + fn else float("nan"),
         "auc": auc(labels, scores),
         "majority_accuracy": float(np.mean(labels == majority)),
+        "accuracy_minus_majority": accuracy - float(np.mean(labels == majority)),  # paired, per resample
     }
 
 

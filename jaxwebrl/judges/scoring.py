@@ -36,7 +36,7 @@ class EpisodeScorer:
             raise ValueError(f"EpisodeScorer needs a judged reward source {JUDGED_SOURCES}, got {source!r}")
         self.judge = judge
         self.source = source
-        self.queue = JudgeQueue(judge, queue_concurrency)
+        self.queue = JudgeQueue(judge, queue_concurrency, keep_results=False)
         self.counts: collections.Counter[str] = collections.Counter()
 
     async def __call__(self, traj: Trajectory) -> None:

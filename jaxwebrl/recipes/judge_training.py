@@ -1,6 +1,6 @@
 """A judge trained here: a small Flax generative verifier that learns the rule evaluator's verdicts.
 
-    python -m jaxwebrl.recipes.judge_training --config configs/judge_local.py [--config.quick=true]
+    python scripts/train_judge.py --config configs/judge_local.py [--config.quick=true]
 
 1. Collect: the main job's BC policy plays the run's MiniWoB++ tasks at temperature (`samples_per_seed`
    episodes per task instance) on training seeds after the ones BC was demonstrated (on those it succeeds
@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sys
 import json
 import time
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -51,15 +50,16 @@ class JudgeTrainingConfig:
     samples_per_seed: int = 2  # episodes per instance, sampled at `temperature`
     temperature: float = 1.0
     system_prompt: str = JUDGE_SYSTEM
-    max_observation_chars: int = 600
+    num_observations: int = 2  # pages shown: the one the last action was taken on (its element ids) and the final one
+    max_observation_chars: int = 800
     steps: int = 120
     batch: int = 8  # episodes per step, half labelled success, half not (drawn with replacement)
     lr: float = 3e-4
-    seq_len: int = 1024
+    seq_len: int = 1536
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("train_seeds", "heldout_seeds", "samples_per_seed", "steps", "seq_len"):
+        for name in ("train_seeds", "heldout_seeds", "samples_per_seed", "steps", "seq_len", "num_observations"):
             at_least(name, getattr(self, name), 1)
         at_least("batch", self.batch, 2, "use at least 2 (one episode of each label per step)")
         positive("lr", self.lr)
@@ -122,8 +122,9 @@ async def collect(run: Any, cfg: JudgeTrainingConfig) -> list[Trajectory]:
 
 
 def judge_messages(traj: Trajectory, cfg: JudgeTrainingConfig, action_space: str) -> list[ChatMessage]:
-    """The OpenWebRL judge's prompt (the final page only: the judge's context is the policy's, 2k tokens)."""
-    judge = OpenWebRLJudge(None, system_prompt=cfg.system_prompt, num_observations=1,  # type: ignore[arg-type]
+    """The OpenWebRL judge's prompt, with the last `num_observations` pages (the judge's context is the
+    policy's, 2k tokens)."""
+    judge = OpenWebRLJudge(None, system_prompt=cfg.system_prompt, num_observations=cfg.num_observations,  # type: ignore[arg-type]
                            max_observation_chars=cfg.max_observation_chars, action_space=action_space)
     return judge.messages(JudgeInput.from_trajectory(traj, action_space=action_space))
 
@@ -229,6 +230,31 @@ def verdict_scores(model_cfg: Any, params: Any, data: Sequence[Example], tokeniz
     return out
 
 
+def prior_corrected(p_balanced: np.ndarray, prior: float) -> np.ndarray:
+    """P(SUCCESS) of a judge trained on balanced batches, moved to the training episodes' success rate `prior`
+    (Bayes: odds x prior / (1 - prior)); the ranking (AUC) is unchanged, the 0.5 threshold becomes fair."""
+    p = np.clip(p_balanced, 1e-9, 1 - 1e-9)
+    return p * prior / (p * prior + (1 - p) * (1 - prior))
+
+
+def exported_judge_check(path: str, data: Sequence[Example], scores: np.ndarray, prior: float, tokenizer: Any) -> str:
+    """The HF export loaded by transformers gives the judge's scores: the proof the export is the judge."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = verdict_ids(tokenizer)
+    theirs = []
+    for e in data:
+        with torch.no_grad():
+            logits = model(torch.tensor([e.prompt_ids])).logits[0, -1].double()
+        theirs.append(float(torch.softmax(logits[[ids[True][0], ids[False][0]]], 0)[0]))
+    diff = float(np.max(np.abs(prior_corrected(np.array(theirs), prior) - np.asarray(scores))))
+    return (f"Judge exported to `judge_hf/` ({type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} "
+            f"parameters): transformers gives the same P(SUCCESS) on {len(data)} held-out prompts (max |diff| "
+            f"{diff:.1e}).")
+
+
 def plot_calibration(curves: dict[str, tuple[Sequence[bool], Sequence[float]]], out: Path) -> Path:
     import matplotlib
 
@@ -260,19 +286,26 @@ def report_md(results: dict[str, Agreement], meta: dict[str, Any]) -> str:
         f"successes), test seeds {meta['heldout_seeds']} (never in training). Episodes longer than the judge's "
         f"context: {meta['dropped']} dropped.",
         f"Judge: the BC policy's weights fine-tuned {meta['steps']} steps (batch {meta['batch']}, lr {meta['lr']}) "
-        f"to write SUCCESS / NOT SUCCESS; score = P(first verdict token). Intervals: 95% percentile bootstrap "
-        f"over held-out episodes (2000 resamples, seed 0).", "",
+        f"to write SUCCESS / NOT SUCCESS on class-balanced batches; score = P(first verdict token), moved to the "
+        f"training episodes' success rate {meta['train_positives'] / max(1, meta['train_episodes']):.2f} "
+        f"(prior correction); SUCCESS when the score >= 0.5. Intervals: 95% percentile bootstrap "
+        f"over held-out episodes (2000 resamples, seed 0). The first column is a baseline that reads only the "
+        f"task's name: its score is the task's success rate among the training episodes.", "",
         "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
     ]
     for metric in ("accuracy", "precision", "recall", "auc"):
         lines.append(f"| {metric} | " + " | ".join(results[n].row(metric) for n in names) + " |")
     first = results[names[-1]]
     lines += [f"| majority-class accuracy | " + " | ".join(results[n].row("majority_accuracy") for n in names) + " |",
+              f"| accuracy - majority (paired) | " + " | ".join(results[n].row("accuracy_minus_majority") for n in names) + " |",
               "", "![calibration](calibration.png)", "",
-              f"Fine-tuned judge minus majority baseline (accuracy): "
-              f"{first.point['accuracy'] - first.point['majority_accuracy']:+.3f}.",
-              f"Wall time: collect {meta['collect_s']:.0f} s, fine-tune {meta['train_s']:.0f} s, "
-              f"evaluate {meta['eval_s']:.0f} s. Judge exported to `judge_hf/`."]
+              f"The fine-tuned judge {'beats' if first.low['accuracy_minus_majority'] > 0 else 'does not beat'} the "
+              f"majority-class baseline on held-out accuracy at 95% confidence "
+              f"({first.row('accuracy_minus_majority')}); AUC {first.row('auc')} (0.5 = no signal).",
+              f"Against the baseline that knows only the task: accuracy {first.row('accuracy')} vs "
+              f"{results[names[0]].row('accuracy')}, AUC {first.row('auc')} vs {results[names[0]].row('auc')}.",
+              f"Wall time: collect {meta['collect_s']:.0f} s{' (episodes reused from ' + EPISODES_FILE + ')' if meta['reused'] else ''}, fine-tune {meta['train_s']:.0f} s, "
+              f"evaluate {meta['eval_s']:.0f} s.", "", meta["export_check"]]
     return "\n".join(lines) + "\n"
 
 
@@ -284,7 +317,8 @@ def train_judge(run: Any, cfg: JudgeTrainingConfig) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     episodes_file = work / EPISODES_FILE
-    if episodes_file.exists():  # a rerun reuses the collected episodes
+    reused = episodes_file.exists()
+    if reused:  # a rerun reuses the collected episodes
         trajs = read_trajectories(str(episodes_file))
     else:
         trajs = asyncio.run(collect(run, cfg))
@@ -301,10 +335,15 @@ def train_judge(run: Any, cfg: JudgeTrainingConfig) -> dict[str, Any]:
     before = verdict_scores(base_cfg, base_params, held, tok)
     trainer = fine_tune(run, cfg, train, work)
     t2 = time.perf_counter()
-    after = verdict_scores(trainer.model_cfg, trainer.params, held, tok)
+    prior = float(np.mean([e.label for e in train]))
+    after = prior_corrected(verdict_scores(trainer.model_cfg, trainer.params, held, tok), prior)
     t3 = time.perf_counter()
-    trainer.export(str(work / "judge_hf"))
-    results = {"BC policy as judge (no fine-tuning)": agreement(labels, before),
+    export_check = exported_judge_check(trainer.export(str(work / "judge_hf")), held[:8], after[:8], prior, tok)
+    # a baseline that knows only which task it is: the task's success rate among the training episodes
+    rates = {t: float(np.mean([e.label for e in train if e.task_id == t] or [prior])) for t in {e.task_id for e in held}}
+    by_task = np.array([rates[e.task_id] for e in held])
+    results = {"task's training success rate": agreement(labels, by_task),
+               "BC policy as judge (no fine-tuning)": agreement(labels, before),
                "fine-tuned judge": agreement(labels, after)}
     plot_calibration({"before fine-tuning": (labels, before), "fine-tuned": (labels, after)}, work / "calibration.png")
     tasks = sorted({e.task_id for e in held})
@@ -313,67 +352,10 @@ def train_judge(run: Any, cfg: JudgeTrainingConfig) -> dict[str, Any]:
             "heldout_episodes": len(held), "heldout_positives": sum(labels), "train_seeds": cfg.train_seeds,
             "heldout_seeds": cfg.heldout_seeds, "dropped": d1 + d2, "steps": cfg.steps, "batch": cfg.batch,
             "lr": cfg.lr, "collect_s": t1 - t0, "train_s": t2 - t1, "eval_s": t3 - t2}
+    meta["export_check"], meta["reused"] = export_check, reused
     (work / "report.md").write_text(report_md(results, meta))
     summary = {"meta": meta, "loss": list(getattr(trainer, "loss_history", [])),
                "results": {k: dataclasses.asdict(v) for k, v in results.items()}}
     (work / "metrics.json").write_text(json.dumps(summary, indent=1))
     trainer.close()
     return summary
-
-
-# ---- entry point -----------------------------------------------------------------------------------
-
-
-def parse(config: Any, explicit: Collection[str] = ()) -> tuple[Any, JudgeTrainingConfig]:
-    """(the policy's run config, the judge training config) from configs/judge_local.py's tree; with `quick`,
-    `quick_overrides` apply except to the fields in `explicit` (set on the command line)."""
-    from jaxwebrl.config import ConfigError, apply_quick, parse_config
-
-    import ml_collections
-
-    tree = config.to_dict()
-    quick, overrides = tree.pop("quick", False), dict(tree.pop("quick_overrides", {}) or {})
-    policy_run = ml_collections.ConfigDict(tree.pop("policy_run"))
-    if quick:  # the smoke variant: judge fields, and `policy_run` fields (e.g. fewer tasks), as the config lists
-        def overlay(node: Any, changes: dict[str, Any], prefix: str) -> None:
-            for key, value in changes.items():
-                if prefix + key in explicit:
-                    continue
-                if isinstance(value, dict) and key != "shape":
-                    overlay(node[key], value, f"{prefix}{key}.")
-                else:
-                    node[key] = value
-
-        overlay(policy_run, overrides.pop("policy_run", {}) or {}, "policy_run.")
-        overlay(tree, overrides, "")
-    policy_run.quick = False
-    run = parse_config(apply_quick(policy_run))
-    fields = tree
-    known = {f.name for f in dataclasses.fields(JudgeTrainingConfig)}
-    for k in fields:
-        if k not in known:
-            raise ConfigError(f"config.{k}: is not a known field of the judge training; known: {sorted(known)}")
-    try:
-        return run, JudgeTrainingConfig(**fields)
-    except FieldError as e:
-        raise e.at("config.") from None
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    from absl import app
-    from ml_collections import config_flags
-
-    flag = config_flags.DEFINE_config_file("config", "configs/judge_local.py", "judge training config file")
-
-    def run_main(args: Sequence[str]) -> None:
-        from jaxwebrl.config import command_line_fields
-
-        run, cfg = parse(flag.value, command_line_fields(sys.argv if argv is None else argv))
-        summary = train_judge(run, cfg)
-        print(json.dumps({k: v["point"] for k, v in summary["results"].items()}, indent=1))
-
-    app.run(run_main, argv=list(argv) if argv is not None else None)
-
-
-if __name__ == "__main__":
-    main()
