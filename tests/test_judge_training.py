@@ -95,3 +95,30 @@ def test_judge_local_config_parses_with_quick_and_command_line_fields() -> None:
 
     with pytest.raises(ConfigError, match=r"config.batch: 1 must be >= 2; use at least 2"):
         parse(c)
+
+
+def test_verifier_judge_scores_every_episode_with_the_training_prompt() -> None:
+    """reward.judge.kind='verifier' (the judge trained here) judges episodes that ended without an answer too (a
+    MiniWoB++ page ends them), with exactly the prompt judge_training trains on; a scripted judge model through
+    the Engine protocol answers (the test needs predictable verdicts)."""
+    import asyncio
+
+    from jaxwebrl.judges import EngineBackend, JudgeConfig, VerifierJudge, make_judge
+    from jaxwebrl.recipes.judge_training import JudgeTrainingConfig, judge_messages
+    from judge_fixtures import ScriptedEngine, tiny_tokenizer, trajectory
+
+    tok = tiny_tokenizer()
+    answers = iter(["NOT SUCCESS", "Verdict: SUCCESS", "maybe"])
+    engine = ScriptedEngine(tok, lambda _p: next(answers))
+    judge = make_judge(JudgeConfig(kind="verifier", engine="jax", model_path="unused"), backend=EngineBackend(engine, tok))
+    assert isinstance(judge, VerifierJudge)
+    page_ended = trajectory(["click('12')"], termination="done", final_observation="[3] button 'ok' pressed")
+    trajs = [page_ended, trajectory(["click('7')", "click('12')"], termination="max_steps"),
+             trajectory(["click('7')"], termination="done")]
+    verdicts = [asyncio.run(judge.judge(t)) for t in trajs]
+    assert len(engine.prompts) == 3  # every episode went to the model, none skipped for lack of an answer
+    assert [(v.label, v.reward) for v in verdicts[:2]] == [("failure", 0.0), ("success", 1.0)]
+    assert verdicts[2].error == "judge_error" and verdicts[2].error_kind == "unparsable"
+    expected = EngineBackend(engine, tok).prompt_ids(judge_messages(page_ended, JudgeTrainingConfig(), "bid"))
+    assert engine.prompts[0] == expected
+    assert "[3] button 'ok' pressed" in tok.decode(engine.prompts[0])

@@ -19,6 +19,7 @@ from jaxwebrl.judges.reward import (
     has_rule_evaluator, needs_judge, record_verdict, reward_from_verdict,
 )
 from jaxwebrl.judges.scoring import EpisodeScorer, make_scorer
+from jaxwebrl.judges.verifier import VerifierJudge
 from jaxwebrl.judges.synthesis import ModelTaskWriter, decomposition_subsets, synthesize_tasks, write_task_file
 from jaxwebrl.judges.webgym import WebGymRubricJudge, difficulty, difficulty_level, reference_match
 
@@ -29,7 +30,7 @@ __all__ = [
     "make_judge", "NNetNavORM", "StateChangeSummarizer", "TrajectoryLabeler", "OpenWebRLJudge", "JudgeQueue",
     "rollout_and_judge", "JUDGED_SOURCES", "JUDGED_SUCCESS_KEY", "REWARD_SOURCES", "RULE_EVALUATOR_KEY", "RewardDecision",
     "apply_decision", "has_rule_evaluator", "needs_judge", "record_verdict", "reward_from_verdict", "EpisodeScorer",
-    "make_scorer",
+    "make_scorer", "VerifierJudge",
     "ModelTaskWriter", "decomposition_subsets", "synthesize_tasks", "write_task_file", "WebGymRubricJudge",
     "difficulty", "difficulty_level", "reference_match",
 ]

@@ -19,8 +19,9 @@ from jaxwebrl.fields import FieldError, at_least, comma_list, one_of, positive
 from jaxwebrl.judges.backends import ChatBackend, EngineBackend, JudgeBackend, JudgeOptions
 from jaxwebrl.judges.base import TaskSpecLookup
 
-JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "nnetnav_labeler", "browseragent")
-REWARD_JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "browseragent")  # the labeler scores nothing
+JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "nnetnav_labeler", "browseragent", "verifier")
+# the labeler scores nothing; verifier: the judge trained here (jaxwebrl.recipes.judge_training)
+REWARD_JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "browseragent", "verifier")
 JUDGE_ENGINES = ("jax", "sglang", "openai")
 BROWSERAGENT_MODES = ("exact_match", "majority", "em_or_majority")
 
@@ -34,8 +35,8 @@ class JudgeConfig:
     urls: str = ""  # browseragent: comma-separated servers, one per voting judge (the paper: 3)
     model_name: str = ""  # openai: the served model's name ('' = the server's first /v1/models entry)
     api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable holding the key (local servers: unset)
-    system_prompt: str = ""  # '' = the paper's prompt (openwebrl)
-    action_space: str = ""  # '' = the paper's (openwebrl: openwebrl; webgym, browseragent: webarena; nnetnav: bid)
+    system_prompt: str = ""  # '' = the paper's prompt (openwebrl; verifier: the one it was trained with)
+    action_space: str = ""  # '' = the paper's (openwebrl: openwebrl; webgym, browseragent: webarena; nnetnav, verifier: bid)
     concurrency: int = 8  # model calls in flight per judge
     queue_concurrency: int = 16  # episodes judged at once (JudgeQueue)
     timeout_s: float = 120.0  # per call (OpenWebRL Table 7)
@@ -126,6 +127,7 @@ def make_judge(cfg: JudgeConfig, *, backend: JudgeBackend | None = None, task_sp
     from jaxwebrl.judges.browseragent import BrowserAgentJudge
     from jaxwebrl.judges.nnetnav import NNetNavORM, TrajectoryLabeler
     from jaxwebrl.judges.openwebrl import OpenWebRLJudge
+    from jaxwebrl.judges.verifier import VerifierJudge
     from jaxwebrl.judges.webgym import WebGymRubricJudge
 
     if backend is None:
@@ -143,6 +145,8 @@ def make_judge(cfg: JudgeConfig, *, backend: JudgeBackend | None = None, task_sp
     backend = backend or make_backend(cfg, mesh=mesh)
     if cfg.kind == "openwebrl":
         return OpenWebRLJudge(backend, opts, system_prompt=cfg.system_prompt or None, task_specs=task_specs, **space)
+    if cfg.kind == "verifier":
+        return VerifierJudge(backend, opts, system_prompt=cfg.system_prompt or None, task_specs=task_specs, **space)
     if cfg.kind == "webgym_rubric":
         return WebGymRubricJudge(backend, opts, task_specs=task_specs, **space)
     if cfg.kind == "nnetnav_orm":

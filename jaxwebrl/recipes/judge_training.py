@@ -33,10 +33,7 @@ from jaxwebrl.fields import FieldError, at_least, positive
 from jaxwebrl.judges.backends import ChatMessage, render_prompt_ids
 from jaxwebrl.judges.base import JudgeInput
 from jaxwebrl.judges.metrics import Agreement, agreement, calibration
-from jaxwebrl.judges.openwebrl import OpenWebRLJudge
-
-JUDGE_SYSTEM = ("You judge a web agent's episode. Read the task, the agent's actions with the environment's "
-                "feedback, and the final page. Answer SUCCESS if the task was completed, else NOT SUCCESS.")
+from jaxwebrl.judges.verifier import VERIFIER_OBSERVATION_CHARS, VERIFIER_OBSERVATIONS, VERIFIER_SYSTEM, VerifierJudge
 VERDICT_TEXT = {True: "SUCCESS", False: "NOT SUCCESS"}
 EPISODES_FILE = "judge_episodes.jsonl"
 
@@ -49,9 +46,10 @@ class JudgeTrainingConfig:
     heldout_seeds: int = 8  # held-out instances per task (the suite's test seeds)
     samples_per_seed: int = 2  # episodes per instance, sampled at `temperature`
     temperature: float = 1.0
-    system_prompt: str = JUDGE_SYSTEM
-    num_observations: int = 2  # pages shown: the one the last action was taken on (its element ids) and the final one
-    max_observation_chars: int = 800
+    # the judge's prompt: jaxwebrl.judges.VerifierJudge's (reward.judge.kind='verifier' judges with the same)
+    system_prompt: str = VERIFIER_SYSTEM
+    num_observations: int = VERIFIER_OBSERVATIONS
+    max_observation_chars: int = VERIFIER_OBSERVATION_CHARS
     steps: int = 120
     batch: int = 8  # episodes per step, half labelled success, half not (drawn with replacement)
     lr: float = 3e-4
@@ -122,10 +120,10 @@ async def collect(run: Any, cfg: JudgeTrainingConfig) -> list[Trajectory]:
 
 
 def judge_messages(traj: Trajectory, cfg: JudgeTrainingConfig, action_space: str) -> list[ChatMessage]:
-    """The OpenWebRL judge's prompt, with the last `num_observations` pages (the judge's context is the
-    policy's, 2k tokens)."""
-    judge = OpenWebRLJudge(None, system_prompt=cfg.system_prompt, num_observations=cfg.num_observations,  # type: ignore[arg-type]
-                           max_observation_chars=cfg.max_observation_chars, action_space=action_space)
+    """The verifier's prompt (the OpenWebRL judge's inputs with the last `num_observations` pages), exactly what
+    `VerifierJudge` sends when the trained judge scores episodes in a run."""
+    judge = VerifierJudge(None, system_prompt=cfg.system_prompt, num_observations=cfg.num_observations,
+                          max_observation_chars=cfg.max_observation_chars, action_space=action_space)
     return judge.messages(JudgeInput.from_trajectory(traj, action_space=action_space))
 
 
