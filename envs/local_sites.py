@@ -52,6 +52,12 @@ class SiteTask:
     def difficulty(self) -> str:
         return self.spec["difficulty"]
 
+    @property
+    def has_rule_evaluator(self) -> bool:
+        """False for a task file entry without checks (an open-web style task: `reward.source='rule_or_judge'`
+        has a judge score it)."""
+        return bool((self.spec.get("eval") or {}).get("eval_types"))
+
     def allowed_origins(self) -> tuple[str, ...]:
         return self.origins
 
@@ -63,6 +69,8 @@ class SiteTask:
         return False
 
     async def evaluate(self, session: BrowserSession, answer: str | None) -> EvalResult:
+        if not self.has_rule_evaluator:
+            return EvalResult(0.0, False, {"rule_evaluator": False})
         reward, checks = await evaluators.evaluate(self.spec["eval"], session, answer)
         return EvalResult(reward, reward >= 1.0, {"checks": checks})
 
@@ -82,10 +90,18 @@ class LocalSitesSuite:
 
     name = "local_sites"
 
-    def __init__(self, sites: tuple[str, ...] = ("shop", "wiki", "playground"), test_fraction: float = 0.25) -> None:
+    def __init__(self, sites: tuple[str, ...] = ("shop", "wiki", "playground"), test_fraction: float = 0.25,
+                 tasks: list[str] | None = None) -> None:
+        """`tasks`: only these task ids (the run config's `tasks.train`); None = every task file entry."""
         self.site_names = sites
         self.servers: dict[str, SiteServer] = {}
         self.specs = load_task_specs()
+        if tasks:
+            known = {s["task_id"] for s in self.specs}
+            unknown = sorted(set(tasks) - known)
+            if unknown:
+                raise ValueError(f"LocalSitesSuite.tasks: unknown task ids {unknown}; see envs/tasks/*.json")
+            self.specs = [s for s in self.specs if s["task_id"] in set(tasks)]
         self.test_fraction = test_fraction
 
     def start(self) -> "LocalSitesSuite":
@@ -121,9 +137,16 @@ class LocalSitesSuite:
             return [i for i in ids if i not in test]
         raise ValueError(f"unknown split {split!r}; use all, train or test")
 
+    @staticmethod
+    def seeds(split: str, n: int, start: int = 0) -> list[int]:
+        """Episode seeds (the sites are deterministic, so a seed only names the episode): test from 10000."""
+        base = 10000 if split == "test" else 0
+        return [base + start + i for i in range(n)]
+
     def get_task(self, task_id: str) -> SiteTask:
         if not self.servers:
             raise RuntimeError("LocalSitesSuite.start() must be called before get_task()")
+        task_id = task_id.removeprefix(f"{self.name}.")  # the run's held-out list may name tasks by suite
         spec = next((s for s in self.specs if s["task_id"] == task_id), None)
         if spec is None:
             raise KeyError(task_id)

@@ -21,6 +21,7 @@ into a `RunConfig` of frozen dataclasses, one per section, each defined next to 
 | rollout    | RolloutConfig      | jaxwebrl.rollout.config        |
 | engine     | EngineConfig       | jaxwebrl.engines.config        |
 | reward, rl, bc, report | RewardConfig, RLConfig, BCConfig, ReportConfig | jaxwebrl.recipes.config |
+| reward.judge | JudgeConfig     | jaxwebrl.judges.config         |
 | viewer     | ViewerConfig       | jaxwebrl.viewer.config         |
 
 Each section checks its own fields (choices come from its package's registries); this module adds the
@@ -246,6 +247,9 @@ def _check_across_sections(run: RunConfig) -> None:
     if run.reward.source == "raw" and recipe.reward != "success":
         raise ConfigError(f"config.reward.source: 'raw' replaces a binary success reward, but recipe {run.recipe!r} "
                           f"scores episodes with {recipe.reward!r}; use reward.source='rule'")
+    if run.reward.uses_judge and run.data.kind != "online":
+        raise ConfigError(f"config.reward.source: {run.reward.source!r} judges episodes as online rollouts end, but "
+                          f"data.kind={run.data.kind!r} trains on files; use reward.source='rule' or data.kind='online'")
 
 
 def validate_config(cfg: ml_collections.ConfigDict | RunConfig, num_devices: int, check_paths: bool = True) -> dict[str, int]:

@@ -16,7 +16,7 @@ import pytest
 from jaxwebrl.engines import EngineUnavailableError, Generation, JaxEngine, SamplingParams
 from jaxwebrl.judges import (
     BrowserAgentJudge, ChatMessage, EngineBackend, JudgeConfig, JudgeInput, JudgeOptions, JudgeQueue, NNetNavORM,
-    OpenWebRLJudge, RewardConfig, StateChangeSummarizer, TrajectoryLabeler, WebGymRubricJudge, apply_decision,
+    OpenWebRLJudge, StateChangeSummarizer, TrajectoryLabeler, WebGymRubricJudge, apply_decision,
     decomposition_subsets, difficulty, difficulty_level, make_judge, needs_judge, reward_from_verdict,
     rollout_and_judge, synthesize_tasks, write_task_file,
 )
@@ -457,10 +457,8 @@ def test_reward_from_verdict_and_apply(tok: Any) -> None:
         reward_from_verdict(None, source="rule")
     with pytest.raises(ValueError, match="source"):
         needs_judge("judges", True)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="reward.source"):
-        RewardConfig(source="model").validate()
     with pytest.raises(ValueError, match="model_path"):
-        RewardConfig(source="judge", judge=JudgeConfig(engine="jax")).validate()
+        JudgeConfig(engine="jax").validate()
 
 
 def test_queue_judges_as_episodes_end_and_limits_hold(tok: Any) -> None:
@@ -497,14 +495,14 @@ def test_make_judge_builds_each_kind_and_engine() -> None:
         assert judge.backend.client.base_url == "http://127.0.0.1:9"
     judge = make_judge(JudgeConfig(kind="browseragent", mode="exact_match", engine="openai", url="http://x"))
     assert judge.backends == []
-    three = make_judge(JudgeConfig(kind="browseragent", engine="openai", urls=("http://a", "http://b", "http://c")))
+    three = make_judge(JudgeConfig(kind="browseragent", engine="openai", urls="http://a, http://b,http://c"))
     assert len(three.backends) == 3 and three.votes_needed == 2
-    with pytest.raises(ValueError, match="judge.kind"):
-        make_judge(JudgeConfig(kind="gpt"))
-    with pytest.raises(ValueError, match="judge.url"):
+    with pytest.raises(ValueError, match="kind: 'gpt' is not allowed"):
+        JudgeConfig(kind="gpt")
+    with pytest.raises(ValueError, match="url: is empty"):
         make_judge(JudgeConfig(engine="openai"))
     with pytest.raises(ValueError, match="concurrency"):
-        JudgeConfig(concurrency=0, url="http://x").validate()
+        JudgeConfig(concurrency=0, url="http://x")
 
 
 def test_make_judge_from_config_and_jax_engine_end_to_end(tmp_path: Path) -> None:

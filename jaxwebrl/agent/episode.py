@@ -5,6 +5,11 @@ can end is a termination reason, never an exception: done, max_steps, context_ov
 unparsable responses in a row), env_error (browser crashed or hung: all turns get loss mask 0), timeout,
 agent_timeout (the policy's own waits ran past the step or episode time: evaluated, rewarded and trained on
 like any other outcome of the policy).
+
+Besides the turns, the trajectory's metadata carries what a judge reads (`jaxwebrl.judges.JudgeInput`): the
+goal, the final answer (`done(answer)` / `stop [answer]`), the environment's feedback after each turn, the
+final observation's text, and whether the task has a rule evaluator (`rule_evaluator`: a task may set
+`has_rule_evaluator = False`, e.g. an open-web task; `reward.source = rule_or_judge` judges those).
 """
 
 from __future__ import annotations
@@ -141,6 +146,8 @@ async def _run_episode(
     termination, format_errors_in_row, versions = "max_steps", 0, [policy_version]
     last_pieces: list[list[int]] = []
     turn_infos: list[dict[str, Any]] = []  # per turn, for the trajectory viewer
+    feedback: list[str] = []  # per turn, the environment's feedback on the action (judges read it)
+    final_observation = ""  # the page after the last action (judges read it)
 
     def finish(reason: str, success: bool = False, reward: float = 0.0, info: dict[str, Any] | None = None) -> EpisodeResult:
         if reason == "env_error":  # failures are data: keep the record, train on none of it
@@ -155,7 +162,9 @@ async def _run_episode(
             termination=reason, policy_version=min(versions),
             metadata={"seed": seed, "goal": getattr(env, "goal", ""), "success": success, "steps": len(turns),
                       "episode_id": episode_id, "policy_versions": sorted(set(versions)), TURN_INFO_KEY: turn_infos,
-                      **(info or {})},
+                      "answer": getattr(env, "answer", None), "feedback": list(feedback),
+                      "final_observation": final_observation,
+                      "rule_evaluator": bool(getattr(task, "has_rule_evaluator", True)), **(info or {})},
         )
         return EpisodeResult(traj, success, dict(timer.totals))
 
@@ -164,6 +173,7 @@ async def _run_episode(
     except (EnvError, asyncio.TimeoutError) as exc:
         return finish("env_error", info={"error": f"reset failed: {exc}"})
     current = StepRecord(observation=obs, feedback=None)
+    final_observation = obs.text
     goal = obs.goal
     for step in range(cfg.max_steps):
         if barrier is not None:
@@ -202,6 +212,8 @@ async def _run_episode(
         text = renderer.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         result = await _timed(timer, "browser", limits, "execute", env.step(text))
         format_ok = fmt.format_ok(text) and not result.format_error
+        feedback.append(result.feedback or "")
+        final_observation = getattr(result.observation, "text", "") or ""
         turn_infos.append(turn_info(messages[-1].content, current.observation, result, cfg.viewer_screenshots))
         turns.append(Turn(
             prompt_ids=list(rendered.ids), response_ids=list(gen.token_ids), response_logprobs=list(gen.logprobs),

@@ -7,6 +7,9 @@ text, can report that the page itself ended the episode (MiniWoB++), and evaluat
 A task may also set `reuse_context = True` when its start state is a fresh page load that no cookie or
 storage can change (MiniWoB++): the pool then reuses a finished episode's context for its next reset instead
 of opening a new one. Tasks without it (local sites with logins and carts) always get a fresh context.
+
+A task without a rule evaluator (an open-web task) sets `has_rule_evaluator = False`; its `evaluate` then
+scores nothing and a run with `reward.source = 'rule_or_judge'` has a model judge score its episodes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""JudgeConfig / RewardConfig and `make_judge`: the one place a config picks a judge, its model and engine.
+"""JudgeConfig and `make_judge`: the one place a config picks a judge, its model and engine.
+
+The run config's `reward` section (`jaxwebrl.recipes.config.RewardConfig`) holds one `JudgeConfig` as
+`reward.judge`; this module checks each of its fields (a `FieldError` naming the field and the fix, which
+the run config prefixes with `config.reward.judge.`), and `require_backend` checks what a judge that will
+actually run needs (a url or a checkpoint), which only matters when `reward.source` calls a judge.
 
 Engines: "jax" (in-process JaxEngine on `model_path`, the judge's own params, independent of the policy's),
 "sglang" (an SGLang server at `url`, token in / token out, prompts rendered with `model_path`'s tokenizer),
@@ -10,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jaxwebrl.fields import FieldError, at_least, comma_list, one_of, positive
 from jaxwebrl.judges.backends import ChatBackend, EngineBackend, JudgeBackend, JudgeOptions
 from jaxwebrl.judges.base import TaskSpecLookup
-from jaxwebrl.judges.reward import REWARD_SOURCES
 
-JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "nnetnav_labeler", "browseragent")
+JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "nnetnav_labeler", "browseragent", "verifier")
+# the labeler scores nothing; verifier: the judge trained here (jaxwebrl.recipes.judge_training)
+REWARD_JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "browseragent", "verifier")
 JUDGE_ENGINES = ("jax", "sglang", "openai")
+BROWSERAGENT_MODES = ("exact_match", "majority", "em_or_majority")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,11 +32,11 @@ class JudgeConfig:
     engine: str = "openai"
     model_path: str = ""  # HF checkpoint dir: the jax engine's weights; the tokenizer that renders prompts
     url: str = ""  # sglang / openai server
-    urls: tuple[str, ...] = ()  # browseragent: one server per voting judge (the paper: 3)
+    urls: str = ""  # browseragent: comma-separated servers, one per voting judge (the paper: 3)
     model_name: str = ""  # openai: the served model's name ('' = the server's first /v1/models entry)
     api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable holding the key (local servers: unset)
-    system_prompt: str = ""  # '' = the paper's prompt (openwebrl)
-    action_space: str = ""  # '' = the paper's (openwebrl: openwebrl; webgym, browseragent: webarena; nnetnav: bid)
+    system_prompt: str = ""  # '' = the paper's prompt (openwebrl; verifier: the one it was trained with)
+    action_space: str = ""  # '' = the paper's (openwebrl: openwebrl; webgym, browseragent: webarena; nnetnav, verifier: bid)
     concurrency: int = 8  # model calls in flight per judge
     queue_concurrency: int = 16  # episodes judged at once (JudgeQueue)
     timeout_s: float = 120.0  # per call (OpenWebRL Table 7)
@@ -40,34 +48,52 @@ class JudgeConfig:
     jax_num_slots: int = 4
     jax_max_len: int = 4096
 
-    def validate(self) -> None:
-        if self.kind not in JUDGE_KINDS:
-            raise ValueError(f"judge.kind={self.kind!r}: use one of {JUDGE_KINDS}")
-        if self.engine not in JUDGE_ENGINES:
-            raise ValueError(f"judge.engine={self.engine!r}: use one of {JUDGE_ENGINES}")
+    def __post_init__(self) -> None:
+        one_of("kind", self.kind, JUDGE_KINDS)
+        one_of("engine", self.engine, JUDGE_ENGINES)
+        one_of("mode", self.mode, BROWSERAGENT_MODES)
+        at_least("concurrency", self.concurrency, 1, "allow at least 1 judge call in flight")
+        at_least("queue_concurrency", self.queue_concurrency, 1, "allow at least 1 episode judged at once")
+        positive("timeout_s", self.timeout_s, "give each judge call a time limit in seconds, e.g. 120")
+        at_least("retries", self.retries, 0, "use 0 (no retry) or more")
+        at_least("max_new_tokens", self.max_new_tokens, 1)
+        if self.temperature < 0:
+            raise FieldError("temperature", f"{self.temperature} must be >= 0", "use 0 (greedy) or a positive value")
+        if not 1 <= self.pass_score <= 5:
+            raise FieldError("pass_score", f"{self.pass_score} is outside NNetNav's 1..5 scale", "use 1..5 (paper: 4)")
+        at_least("jax_num_slots", self.jax_num_slots, 1)
+        at_least("jax_max_len", self.jax_max_len, 16)
+        if self.action_space:
+            from jaxwebrl.browser.actions import ACTION_SPACES
+
+            one_of("action_space", self.action_space, tuple(ACTION_SPACES))
+
+    @property
+    def url_list(self) -> list[str]:
+        """The servers to call: `urls` when given (browseragent's voting judges), else `url`."""
+        return comma_list(self.urls) or ([self.url] if self.url else [])
+
+    def require_backend(self) -> None:
+        """What a judge that will run needs besides valid fields: a checkpoint or a server to call."""
+        if self.kind == "browseragent" and self.mode == "exact_match":
+            return  # exact match calls no model
         if self.engine == "jax" and not self.model_path:
-            raise ValueError("judge.engine='jax' needs judge.model_path (a HF checkpoint directory of the judge)")
+            raise FieldError("model_path", "is empty but engine='jax' runs the judge in this process",
+                             "point it at the judge's HuggingFace checkpoint directory")
         if self.engine == "sglang" and not self.model_path:
-            raise ValueError("judge.engine='sglang' needs judge.model_path for the tokenizer that renders prompts")
-        if self.engine in ("sglang", "openai") and not (self.url or self.urls):
-            raise ValueError(f"judge.engine={self.engine!r} needs judge.url (e.g. http://127.0.0.1:30000)")
-        self.options()  # validates the call policy
+            raise FieldError("model_path", "is empty but engine='sglang' renders prompts with the judge's tokenizer",
+                             "point it at the judge's HuggingFace checkpoint directory (its tokenizer files)")
+        if self.engine in ("sglang", "openai") and not self.url_list:
+            raise FieldError("url", f"is empty but engine={self.engine!r} calls a server",
+                             "set the judge server's address, e.g. http://127.0.0.1:30000")
+
+    def validate(self) -> None:
+        """Everything a judge built from this config needs (field checks ran at construction)."""
+        self.require_backend()
 
     def options(self) -> JudgeOptions:
         return JudgeOptions(timeout_s=self.timeout_s, retries=self.retries, concurrency=self.concurrency,
                             max_new_tokens=self.max_new_tokens, temperature=self.temperature)
-
-
-@dataclasses.dataclass(frozen=True)
-class RewardConfig:
-    source: str = "rule"  # rule | judge | rule_or_judge
-    judge: JudgeConfig = dataclasses.field(default_factory=JudgeConfig)
-
-    def validate(self) -> None:
-        if self.source not in REWARD_SOURCES:
-            raise ValueError(f"reward.source={self.source!r}: use one of {REWARD_SOURCES}")
-        if self.source != "rule":
-            self.judge.validate()
 
 
 def make_backend(cfg: JudgeConfig, url: str | None = None, *, tokenizer: Any | None = None,
@@ -101,9 +127,11 @@ def make_judge(cfg: JudgeConfig, *, backend: JudgeBackend | None = None, task_sp
     from jaxwebrl.judges.browseragent import BrowserAgentJudge
     from jaxwebrl.judges.nnetnav import NNetNavORM, TrajectoryLabeler
     from jaxwebrl.judges.openwebrl import OpenWebRLJudge
+    from jaxwebrl.judges.verifier import VerifierJudge
     from jaxwebrl.judges.webgym import WebGymRubricJudge
 
-    cfg.validate()
+    if backend is None:
+        cfg.validate()
     opts = cfg.options()
     space = {"action_space": cfg.action_space} if cfg.action_space else {}
     if cfg.kind == "browseragent":
@@ -112,11 +140,13 @@ def make_judge(cfg: JudgeConfig, *, backend: JudgeBackend | None = None, task_sp
         elif backend is not None:
             backends = [backend]
         else:
-            backends = [make_backend(cfg, u, mesh=mesh) for u in (cfg.urls or (cfg.url,))]
+            backends = [make_backend(cfg, u, mesh=mesh) for u in (cfg.url_list or [""])]
         return BrowserAgentJudge(backends, opts, mode=cfg.mode, task_specs=task_specs, **space)  # type: ignore[arg-type]
     backend = backend or make_backend(cfg, mesh=mesh)
     if cfg.kind == "openwebrl":
         return OpenWebRLJudge(backend, opts, system_prompt=cfg.system_prompt or None, task_specs=task_specs, **space)
+    if cfg.kind == "verifier":
+        return VerifierJudge(backend, opts, system_prompt=cfg.system_prompt or None, task_specs=task_specs, **space)
     if cfg.kind == "webgym_rubric":
         return WebGymRubricJudge(backend, opts, task_specs=task_specs, **space)
     if cfg.kind == "nnetnav_orm":

@@ -18,8 +18,10 @@ from jaxwebrl.judges.base import Judge, Verdict, judge_error
 
 class JudgeQueue:
     def __init__(self, judge: Judge, concurrency: int = 8,
-                 on_verdict: Callable[[Trajectory, Verdict], None] | None = None) -> None:
-        """`on_verdict` runs the moment each verdict is ready (e.g. write the reward into the trajectory)."""
+                 on_verdict: Callable[[Trajectory, Verdict], None] | None = None, keep_results: bool = True) -> None:
+        """`on_verdict` runs the moment each verdict is ready (e.g. write the reward into the trajectory).
+        `keep_results=False`: callers await `submit`'s task instead of `results()`, and nothing is kept (a
+        long run's rollout loop would otherwise hold every judged trajectory)."""
         if concurrency < 1:
             raise ValueError(f"JudgeQueue concurrency={concurrency}: must be >= 1")
         self.judge = judge
@@ -33,6 +35,7 @@ class JudgeQueue:
         self.in_flight = 0
         self.max_in_flight = 0
         self.judge_errors = 0
+        self.keep_results = keep_results
         self._yielded = 0
 
     def _loop_state(self) -> tuple[asyncio.Semaphore, asyncio.Queue[tuple[Trajectory, Verdict]]]:
@@ -63,7 +66,8 @@ class JudgeQueue:
         self.judge_errors += verdict.error is not None
         if self.on_verdict is not None:
             self.on_verdict(trajectory, verdict)
-        await done.put((trajectory, verdict))
+        if self.keep_results:
+            await done.put((trajectory, verdict))
         return verdict
 
     @property
@@ -73,6 +77,8 @@ class JudgeQueue:
     async def results(self) -> AsyncIterator[tuple[Trajectory, Verdict]]:
         """(trajectory, verdict) in completion order, until every episode submitted so far has been yielded
         (episodes submitted while iterating are included); each result is yielded once."""
+        if not self.keep_results:
+            raise RuntimeError("this JudgeQueue keeps no results (keep_results=False); await submit()'s task")
         _, done = self._loop_state()
         while self._yielded < self.submitted:
             item = await done.get()

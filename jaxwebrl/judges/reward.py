@@ -1,6 +1,7 @@
-"""From a Verdict to the reward a recipe trains on: the seam for `reward.source = rule | judge | rule_or_judge`.
+"""From a Verdict to the reward a recipe trains on: the seam for `reward.source = rule | raw | judge | rule_or_judge`.
 
-- rule: the rule evaluator's reward (the trajectory's own `reward`); no judge is called.
+- rule: the rule evaluator's reward (the trajectory's own `reward`); no judge is called. raw (the
+  environment's own reward) calls no judge either.
 - judge: the judge's reward (its paper's rule, e.g. OpenWebRL's +1 / 0 / -1).
 - rule_or_judge: the rule's reward where the task has a rule evaluator, the judge's where it has none
   (open-web tasks).
@@ -17,8 +18,13 @@ from typing import Literal
 from jaxwebrl.data.records import Trajectory
 from jaxwebrl.judges.base import JUDGE_ERROR, Verdict
 
-RewardSource = Literal["rule", "judge", "rule_or_judge"]
-REWARD_SOURCES = ("rule", "judge", "rule_or_judge")
+RewardSource = Literal["rule", "raw", "judge", "rule_or_judge"]
+REWARD_SOURCES = ("rule", "raw", "judge", "rule_or_judge")
+JUDGED_SOURCES = ("judge", "rule_or_judge")  # the sources that call a judge
+# Trajectory.metadata keys: whether the task has a rule evaluator (written by the agent loop; absent = it has),
+# and the judged outcome the recipes' reward functions read (written by `record_verdict`).
+RULE_EVALUATOR_KEY = "rule_evaluator"
+JUDGED_SUCCESS_KEY = "judged_success"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +40,20 @@ def needs_judge(source: RewardSource, has_rule: bool) -> bool:
     if source not in REWARD_SOURCES:
         raise ValueError(f"reward source {source!r}: use one of {REWARD_SOURCES}")
     return source == "judge" or (source == "rule_or_judge" and not has_rule)
+
+
+def has_rule_evaluator(traj: Trajectory) -> bool:
+    """Whether the episode's task has a rule evaluator (what `rule_or_judge` routes on)."""
+    return bool(traj.metadata.get(RULE_EVALUATOR_KEY, True))
+
+
+def record_verdict(traj: Trajectory, verdict: Verdict) -> Trajectory:
+    """Write a judgment into the trajectory (in place): `apply_decision` (reward, judge_error -> termination and
+    mask 0, `metadata['judge']`) plus `metadata['judged_success']`, the outcome the recipes' reward functions
+    map into their paper's reward (`jaxwebrl.recipes.registry.episode_success`)."""
+    apply_decision(traj, reward_from_verdict(verdict, source="judge"), verdict)
+    traj.metadata[JUDGED_SUCCESS_KEY] = verdict.ok and verdict.label == "success"
+    return traj
 
 
 def reward_from_verdict(verdict: Verdict | None, *, source: RewardSource = "judge",

@@ -1,5 +1,10 @@
 """The sections of an online run that belong to the recipes: `reward`, `rl`, `bc` and `report`.
 
+`reward.source` says where every online recipe's reward comes from, through one path: `rule` (the task's
+rule evaluator, mapped by the recipe's reward function), `raw` (the environment's own reward), `judge` (the
+model judge `reward.judge` describes scores every episode as it ends) or `rule_or_judge` (the rule where
+the task has a rule evaluator, the judge where it has none: open-web tasks).
+
 `bc` (behaviour cloning from the suite's scripted solvers) and `report` (greedy evaluation of the policies
 on held-out seeds) are the stages of the main job (`jaxwebrl.recipes.main_job`) around `rl`.
 """
@@ -9,16 +14,31 @@ from __future__ import annotations
 import dataclasses
 
 from jaxwebrl.fields import FieldError, at_least, comma_list, one_of, positive
-
-REWARD_SOURCES = ("rule", "raw")  # rule: the recipe's reward from the rule evaluator | raw: the environment's own
+from jaxwebrl.judges.config import REWARD_JUDGE_KINDS, JudgeConfig
+from jaxwebrl.judges.reward import JUDGED_SOURCES, REWARD_SOURCES
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    source: str = "rule"
+    source: str = "rule"  # rule | raw | judge | rule_or_judge (module doc)
+    judge: JudgeConfig = dataclasses.field(default_factory=JudgeConfig)  # used when source calls a judge
 
     def __post_init__(self) -> None:
         one_of("source", self.source, REWARD_SOURCES)
+        if self.source not in JUDGED_SOURCES:
+            return
+        if self.judge.kind not in REWARD_JUDGE_KINDS:
+            raise FieldError("judge.kind", f"{self.judge.kind!r} writes instructions, it does not score episodes",
+                             f"use one of {REWARD_JUDGE_KINDS} with reward.source={self.source!r}")
+        try:
+            self.judge.require_backend()
+        except FieldError as e:
+            raise FieldError(f"judge.{e.field}", f"{e.problem} (reward.source={self.source!r} calls the judge)",
+                             e.fix) from None
+
+    @property
+    def uses_judge(self) -> bool:
+        return self.source in JUDGED_SOURCES
 
 
 @dataclasses.dataclass(frozen=True)

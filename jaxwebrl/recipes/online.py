@@ -30,10 +30,11 @@ from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, read_trajectories
 from jaxwebrl.data.samples import Sample, build_samples
 from jaxwebrl.engines.factory import make_engine
+from jaxwebrl.judges.scoring import make_scorer
 from jaxwebrl.models import load_tokenizer
 from jaxwebrl.recipes.evaluate import EvalReport, evaluate
 from jaxwebrl.recipes.papers import get_recipe, run_samples
-from jaxwebrl.recipes.registry import accept_group, assign_rewards
+from jaxwebrl.recipes.registry import accept_group, assign_rewards, episode_success
 from jaxwebrl.rollout.collector import Collector, Group
 from jaxwebrl.rollout.suites import get_suite
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
@@ -171,8 +172,13 @@ class OnlineRL:
         self.engine = self.engine_factory(engine_cfg, params=self.trainer.params, model_cfg=self.trainer.model_cfg,
                                   tokenizer=self.tokenizer, version=self.version)
         self._stack.push_async_callback(self.engine.close)
+        # reward.source judge / rule_or_judge: each episode is judged inside the collector as soon as it ends
+        specs = {t.task_id: getattr(t, "spec", None) for t in self.train_tasks + self.eval_tasks}
+        self.scorer = make_scorer(run.reward.source, run.reward.judge, task_specs=specs.get)
+        if self.scorer is not None:
+            self._stack.push_async_callback(self.scorer.close)
         self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg, run.rollout,
-                                   policy_version=lambda: self.version)
+                                   policy_version=lambda: self.version, scorer=self.scorer)
         self.sampler = TaskSampler(self.train_tasks, self.train_seeds, ratio=run.tasks.ratio() or None,
                                    seed=run.seed + self.version, learnability=run.rollout.task_sampling == "learnability")
         return self
@@ -211,7 +217,7 @@ class OnlineRL:
         finished: list[Trajectory] = []  # every group played, kept or not (what rollouts.jsonl records)
 
         def accept(group: Group) -> bool:  # every finished group informs the task sampler, kept or not
-            self.sampler.record(group.task_id, [bool(t.metadata.get("success")) for t in group.trajectories])
+            self.sampler.record(group.task_id, [episode_success(t) for t in group.trajectories])
             assign_rewards(self.recipe, group.trajectories, run.reward.source)
             kept = accept_group(self.recipe, group.trajectories, dynamic_sampling=run.train.dynamic_sampling,
                                 reward_source=run.reward.source)
@@ -267,6 +273,8 @@ class OnlineRL:
             await self.engine.update_weights(trainer.params, self.version)
         metrics["time/train_s"] = time.perf_counter() - self._t_train
         metrics["policy_version"] = float(self.version)
+        if self.scorer is not None:  # the round's judge counts (every episode played, kept or not)
+            metrics.update(self.scorer.take_metrics())
         record: dict[str, Any] = {"iteration": it, "metrics": metrics, "eval": None}
         every = self.run.rl.eval_every
         if every and (it + 1) % every == 0:

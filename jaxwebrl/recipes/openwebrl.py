@@ -1,8 +1,9 @@
 """OpenWebRL: MM-GRPO with a judged +1 / 0 / -1 reward, per-turn samples, infrastructure failures masked.
 
-Reward: +1 when the episode ended with an answer that the judge (today the rule evaluator) accepts, -1 when
-it was aborted for repeated format errors, else 0. Trajectories ended by an infrastructure or judge failure
-train nothing (`mask_failed`: the sample does not exist). Each turn is a sample, normalised per turn; groups
+Reward: +1 when the episode ended with an answer that the judge accepts (`reward.source='judge'`: the
+model judge; `'rule'`: the rule evaluator stands in for it) and every turn passed the per-turn format gate
+(thinking closed, a parsable tool call), -1 when it was aborted for repeated format errors, else 0.
+Trajectories ended by an infrastructure or judge failure train nothing (`mask_failed`: the sample does not exist). Each turn is a sample, normalised per turn; groups
 whose rewards are all equal are dropped and resampled when `train.dynamic_sampling` is on (the paper's
 configs turn it on).
 """
@@ -10,7 +11,7 @@ configs turn it on).
 from __future__ import annotations
 
 from jaxwebrl.data.records import Trajectory
-from jaxwebrl.recipes.registry import Recipe, register_recipe, register_reward
+from jaxwebrl.recipes.registry import Recipe, episode_success, register_recipe, register_reward
 
 ANSWERED = ("done", "answer", "task_done")
 FORMAT_ABORTS = ("format_error", "format_errors")
@@ -28,9 +29,11 @@ def openwebrl_reward(traj: Trajectory, judge_success: bool | None) -> float:
 
 
 def rule_judged_reward(t: Trajectory) -> float:
-    """The rule evaluator as the judge: consulted only when the episode ended with an answer."""
-    judged = bool(t.metadata.get("success")) if t.termination == "done" else None
-    return openwebrl_reward(t, judged)
+    """The judge's verdict when a judge scored the episode, else the rule evaluator as the judge, consulted
+    only when the episode ended with an answer; a success counts only if every turn passed the format gate."""
+    if t.termination != "done":
+        return openwebrl_reward(t, None)
+    return openwebrl_reward(t, episode_success(t) and all(turn.format_ok for turn in t.turns))
 
 
 register_reward("openwebrl", rule_judged_reward)

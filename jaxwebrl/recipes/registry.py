@@ -20,7 +20,7 @@ from jaxwebrl.data.records import Trajectory
 from jaxwebrl.data.samples import Sample, build_samples
 from jaxwebrl.train.advantages import ADVANTAGE_ESTIMATORS, TRAJECTORY_FILTERS, has_reward_variance
 
-# reward(trajectory) -> float, from what the episode recorded (the rule evaluator's `success`, termination).
+# reward(trajectory) -> float, from what the episode recorded (its outcome, `episode_success`; termination).
 RewardFn = Callable[[Trajectory], float]
 REWARDS: dict[str, RewardFn] = {}
 
@@ -58,9 +58,21 @@ def register_recipe(recipe: Recipe) -> Recipe:
 # ---- rewards every recipe may use ----------------------------------------------------------------
 
 
+def was_judged(t: Trajectory) -> bool:
+    """Whether a model judge scored this episode (`reward.source` judge / rule_or_judge on a task without a
+    rule evaluator); `jaxwebrl.judges.record_verdict` marks it."""
+    return t.metadata.get("reward_source") == "judge" and "judged_success" in t.metadata
+
+
+def episode_success(t: Trajectory) -> bool:
+    """The episode's outcome every recipe's reward maps: the judge's verdict when a judge scored it, else the
+    rule evaluator's `success` (one path for `reward.source` rule | judge | rule_or_judge)."""
+    return bool(t.metadata["judged_success"] if was_judged(t) else t.metadata.get("success"))
+
+
 def success_reward(t: Trajectory) -> float:
-    """Binary task success (the papers' outcome reward)."""
-    return 1.0 if t.metadata.get("success") else 0.0
+    """Binary task success (the papers' outcome reward), judged or by the rule."""
+    return 1.0 if episode_success(t) else 0.0
 
 
 def raw_reward(t: Trajectory) -> float:
@@ -76,7 +88,8 @@ register_reward("raw", raw_reward)
 
 
 def assign_rewards(recipe: Recipe, trajectories: Sequence[Trajectory], source: str = "rule") -> None:
-    """Set each trajectory's reward: the recipe's (`source='rule'`), or the environment's raw one."""
+    """Set each trajectory's reward: the recipe's (`source` rule / judge / rule_or_judge: its reward function maps
+    `episode_success`, which is the judge's verdict where one was recorded), or the environment's raw one."""
     fn = REWARDS["raw"] if source == "raw" else REWARDS[recipe.reward]
     for t in trajectories:
         t.reward = fn(t)

@@ -6,6 +6,11 @@ batches whatever requests are waiting. A group leaves for training as soon as it
 more than `max_policy_lag` versions behind the trainer are dropped (off-policy limit). `mode="lockstep"`
 keeps the classic synchronous loop (all environments step together, wait for the slowest, next batch only
 when the whole batch ended) as the benchmark baseline.
+
+An optional `scorer` (an async per-episode hook, e.g. `jaxwebrl.judges.EpisodeScorer` for a judged reward)
+runs inside each episode's own task the moment the episode ends and its browser context is closed, so the
+group is handed over already scored (dynamic sampling sees judged rewards) and scoring one episode overlaps
+with its siblings still playing; its time is the episode's `judge` timing.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import asyncio
 import dataclasses
 import itertools
 import time
-from typing import AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from transformers import PreTrainedTokenizerBase
 
@@ -24,6 +29,7 @@ from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.browser.task import Task
+from jaxwebrl.data.records import Trajectory
 from jaxwebrl.engines.base import Engine
 from jaxwebrl.rollout.config import RolloutConfig
 
@@ -70,6 +76,8 @@ class CollectStats:
 
 
 TaskStream = Iterator[tuple[Task, int]]
+# scorer(trajectory): scores one finished episode in place (reward inputs, termination, masks); never raises.
+EpisodeScorer = Callable[[Trajectory], Awaitable[Any]]
 
 
 class Collector:
@@ -84,8 +92,10 @@ class Collector:
         agent: AgentConfig,
         rollout: RolloutConfig,
         policy_version: Callable[[], int] = lambda: 0,
+        scorer: EpisodeScorer | None = None,
     ):
         agent.validate()
+        self.scorer = scorer
         self.pool, self.engine, self.tokenizer = pool, engine, tokenizer
         self.env_config, self.agent, self.rollout = env_config, agent, rollout
         self.renderer = PromptRenderer(tokenizer)
@@ -100,13 +110,18 @@ class Collector:
     ) -> EpisodeResult:
         env = await self.pool.new_env(self.env_config)
         try:
-            return await run_episode(
+            result = await run_episode(
                 env, self.engine, self.tokenizer, task, seed, agent, renderer=self.renderer, limits=self.limits,
                 group_id=group_id, sample_seed=None if agent.greedy else next(self._sample_seed),
                 policy_version=self.policy_version(), barrier=barrier,
             )
         finally:
             await env.close()
+        if self.scorer is not None:  # judged now, while the group's other episodes still play
+            t0 = time.perf_counter()
+            await self.scorer(result.trajectory)
+            result.timings["judge"] = time.perf_counter() - t0
+        return result
 
     async def run_group(
         self, task: Task, seed: int, agent: AgentConfig | None = None, size: int | None = None,

@@ -1,0 +1,75 @@
+"""Train a judge here (issue 21 item 4; see jaxwebrl/recipes/judge_training.py):
+
+    python scripts/train_judge.py --config configs/judge_local.py --config.policy=runs/grpo_local/bc/hf
+    python scripts/train_judge.py --config configs/judge_local.py --config.quick=true
+
+The config is `JudgeTrainingConfig`'s fields plus `policy_run` (the main job's config: tasks, browser and
+agent settings the BC policy was trained with); `--config.quick=true` applies `quick_overrides` except to
+fields set on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any, Collection, Sequence
+
+
+def parse(config: Any, explicit: Collection[str] = ()) -> tuple[Any, Any]:
+    """(the policy's run config, the JudgeTrainingConfig) from configs/judge_local.py's tree."""
+    import ml_collections
+
+    from jaxwebrl.config import ConfigError, apply_quick, parse_config
+    from jaxwebrl.fields import FieldError
+    from jaxwebrl.recipes.judge_training import JudgeTrainingConfig
+
+    tree = config.to_dict()
+    quick, overrides = tree.pop("quick", False), dict(tree.pop("quick_overrides", {}) or {})
+    policy_run = ml_collections.ConfigDict(tree.pop("policy_run"))
+    if quick:  # the smoke variant: judge fields, and `policy_run` fields (e.g. fewer tasks), as the config lists
+
+        def overlay(node: Any, changes: dict[str, Any], prefix: str) -> None:
+            for key, value in changes.items():
+                if prefix + key in explicit:
+                    continue
+                if isinstance(value, dict) and key != "shape":
+                    overlay(node[key], value, f"{prefix}{key}.")
+                else:
+                    node[key] = value
+
+        overlay(policy_run, overrides.pop("policy_run", {}) or {}, "policy_run.")
+        overlay(tree, overrides, "")
+    policy_run.quick = False
+    run = parse_config(apply_quick(policy_run))
+    known = {f.name for f in dataclasses.fields(JudgeTrainingConfig)}
+    for k in tree:
+        if k not in known:
+            raise ConfigError(f"config.{k}: is not a known field of the judge training; known: {sorted(known)}")
+    try:
+        return run, JudgeTrainingConfig(**tree)
+    except FieldError as e:
+        raise e.at("config.") from None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from absl import app
+    from ml_collections import config_flags
+
+    flag = config_flags.DEFINE_config_file("config", "configs/judge_local.py", "judge training config file")
+
+    def run_main(_: Sequence[str]) -> None:
+        from jaxwebrl.config import command_line_fields
+        from jaxwebrl.recipes.judge_training import train_judge
+
+        run, cfg = parse(flag.value, command_line_fields(sys.argv if argv is None else argv))
+        summary = train_judge(run, cfg)
+        print(json.dumps({k: v["point"] for k, v in summary["results"].items()}, indent=1))
+
+    app.run(run_main, argv=list(argv) if argv is not None else None)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    main()

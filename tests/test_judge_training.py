@@ -1,0 +1,124 @@
+"""The judge-agreement metrics of a trained judge (jaxwebrl.judges.metrics) against independent references:
+AUC against scipy's Mann-Whitney U, precision / recall / accuracy counted by hand, the bootstrap interval
+around the point value and reproducible, the calibration table's bins."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import mannwhitneyu
+
+from jaxwebrl.judges.metrics import agreement, auc, calibration
+
+
+def test_auc_equals_mann_whitney_u_with_ties() -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.random(200) < 0.3
+    scores = np.round(rng.random(200) * 0.6 + 0.3 * labels, 1)  # rounded: many ties
+    u = mannwhitneyu(scores[labels], scores[~labels]).statistic
+    assert labels.sum() > 10 and len(np.unique(scores)) < 20
+    assert auc(labels, scores) == pytest.approx(u / (labels.sum() * (~labels).sum()), abs=1e-12)
+    assert auc([True, False], [0.9, 0.1]) == 1.0 and auc([True, False], [0.1, 0.9]) == 0.0
+    assert auc([True, False], [0.5, 0.5]) == 0.5
+
+
+def test_agreement_counts_and_intervals() -> None:
+    labels = [True, True, True, False, False, False, False, False]
+    scores = [0.9, 0.6, 0.2, 0.7, 0.1, 0.3, 0.4, 0.05]
+    a = agreement(labels, scores, resamples=500, seed=1)
+    # by hand: predicted positive = {0.9, 0.6, 0.7}: tp 2, fp 1, fn 1; 6 of 8 right; majority (negative) 5 of 8
+    assert (a.n, a.positives) == (8, 3)
+    assert a.point["precision"] == pytest.approx(2 / 3) and a.point["recall"] == pytest.approx(2 / 3)
+    assert a.point["accuracy"] == pytest.approx(6 / 8) and a.point["majority_accuracy"] == pytest.approx(5 / 8)
+    assert a.point["auc"] == pytest.approx(11 / 15)  # pairs ordered right: 0.9 > 5 negatives, 0.6 > 4, 0.2 > 2
+    for k, v in a.point.items():
+        assert a.low[k] <= v <= a.high[k] and a.low[k] < a.high[k], k
+    assert agreement(labels, scores, resamples=500, seed=1) == a  # fixed seed: the same intervals
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        agreement([True], [0.1, 0.2])
+
+
+def test_calibration_bins() -> None:
+    table = calibration([True, False, True, True], [0.05, 0.08, 0.95, 0.91], bins=10)
+    assert table == [(pytest.approx(0.065), 0.5, 2), (pytest.approx(0.93), 1.0, 2)]
+
+
+def test_verdict_score_is_the_models_next_token_probability(tmp_path) -> None:
+    """The judge's score (P(SUCCESS) over the two verdicts' first tokens, batched and padded) equals the same
+    probability from transformers' forward pass on each prompt alone; the prior correction keeps the order."""
+    import torch
+    import transformers
+
+    from jaxwebrl.models import load_hf, load_tokenizer
+    from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+    from jaxwebrl.recipes.judge_training import Example, prior_corrected, verdict_ids, verdict_scores
+    from judge_fixtures import CORPUS
+
+    make_tiny_checkpoint(tmp_path, tiny_config("qwen3"), seed=1, std=0.5, corpus=CORPUS)
+    tok = load_tokenizer(tmp_path)
+    cfg, params = load_hf(tmp_path)
+    ids = verdict_ids(tok)
+    rng = np.random.default_rng(0)
+    data = [Example(list(rng.integers(3, 400, n)), ids[True], True, "t", 0) for n in (5, 17, 40, 9, 33)]
+    ours = verdict_scores(cfg, params, data, tok, batch=2)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    for e, score in zip(data, ours):
+        with torch.no_grad():
+            logits = model(torch.tensor([e.prompt_ids])).logits[0, -1].double()
+        two = torch.softmax(logits[[ids[True][0], ids[False][0]]], 0)
+        assert score == pytest.approx(float(two[0]), abs=2e-5)
+    assert len(set(np.round(ours, 6))) == len(ours)  # the scores differ: the check compared real values
+    moved = prior_corrected(ours, 0.25)
+    assert np.all(np.argsort(moved) == np.argsort(ours)) and np.all(moved < ours)
+
+
+def test_judge_local_config_parses_with_quick_and_command_line_fields() -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("judge_local", root / "configs" / "judge_local.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.path.insert(0, str(root / "scripts"))
+    from train_judge import parse
+
+    c = module.get_config()
+    run, cfg = parse(c)
+    assert cfg.steps == 120 and run.tasks.train.count(",") == 11 and run.env.action_space == "bid"
+    c.quick, c.workdir = True, "/tmp/mine"
+    run, cfg = parse(c, explicit={"workdir"})
+    assert cfg.steps == 40 and cfg.workdir == "/tmp/mine" and "click-widget" in run.tasks.train
+    c.batch = 1
+    from jaxwebrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"config.batch: 1 must be >= 2; use at least 2"):
+        parse(c)
+
+
+def test_verifier_judge_scores_every_episode_with_the_training_prompt() -> None:
+    """reward.judge.kind='verifier' (the judge trained here) judges episodes that ended without an answer too (a
+    MiniWoB++ page ends them), with exactly the prompt judge_training trains on; a scripted judge model through
+    the Engine protocol answers (the test needs predictable verdicts)."""
+    import asyncio
+
+    from jaxwebrl.judges import EngineBackend, JudgeConfig, VerifierJudge, make_judge
+    from jaxwebrl.recipes.judge_training import JudgeTrainingConfig, judge_messages
+    from judge_fixtures import ScriptedEngine, tiny_tokenizer, trajectory
+
+    tok = tiny_tokenizer()
+    answers = iter(["NOT SUCCESS", "Verdict: SUCCESS", "maybe"])
+    engine = ScriptedEngine(tok, lambda _p: next(answers))
+    judge = make_judge(JudgeConfig(kind="verifier", engine="jax", model_path="unused"), backend=EngineBackend(engine, tok))
+    assert isinstance(judge, VerifierJudge)
+    page_ended = trajectory(["click('12')"], termination="done", final_observation="[3] button 'ok' pressed")
+    trajs = [page_ended, trajectory(["click('7')", "click('12')"], termination="max_steps"),
+             trajectory(["click('7')"], termination="done")]
+    verdicts = [asyncio.run(judge.judge(t)) for t in trajs]
+    assert len(engine.prompts) == 3  # every episode went to the model, none skipped for lack of an answer
+    assert [(v.label, v.reward) for v in verdicts[:2]] == [("failure", 0.0), ("success", 1.0)]
+    assert verdicts[2].error == "judge_error" and verdicts[2].error_kind == "unparsable"
+    expected = EngineBackend(engine, tok).prompt_ids(judge_messages(page_ended, JudgeTrainingConfig(), "bid"))
+    assert engine.prompts[0] == expected
+    assert "[3] button 'ok' pressed" in tok.decode(engine.prompts[0])
