@@ -57,6 +57,7 @@ from jaxwebrl.train.losses import LossConfig
 from jaxwebrl.train.metrics import HardwareConfig, LogConfig
 from jaxwebrl.train.optim import OptimConfig
 from jaxwebrl.viewer.config import ViewerConfig
+from jaxwebrl.recipes.nnetnav_config import NNetNavConfig
 
 __all__ = ["ConfigError", "RunConfig", "SECTIONS", "apply_variants", "command_line_fields", "default_config",
            "parse_config", "validate_config", "with_changes"]
@@ -66,7 +67,7 @@ SECTIONS: dict[str, type] = {
     "optim": OptimConfig, "checkpoint": CheckpointConfig, "log": LogConfig, "hardware": HardwareConfig,
     "tasks": TasksConfig, "env": BrowserConfig, "agent": AgentConfig, "rollout": RolloutConfig,
     "engine": EngineConfig, "reward": RewardConfig, "rl": RLConfig, "bc": BCConfig, "report": ReportConfig,
-    "viewer": ViewerConfig,
+    "viewer": ViewerConfig, "nnetnav": NNetNavConfig,
 }
 TOP_LEVEL = {"recipe": "sft", "seed": 0, "workdir": "runs/default", "multihost": False, "quick": False,
              "local": False}
@@ -100,6 +101,7 @@ class RunConfig:
     bc: BCConfig
     report: ReportConfig
     viewer: ViewerConfig
+    nnetnav: NNetNavConfig
 
     @property
     def checkpoint_dir(self) -> str:

@@ -3,9 +3,8 @@
     python scripts/nnetnav.py --config configs/nnetnav_explore.py [--stages explore,relabel]
     python scripts/nnetnav.py --config configs/nnetnav_explore.py --config.local=true --config.nnetnav.seeds=0:10
 
-The config is a run config plus an `nnetnav` section (jaxwebrl/recipes/nnetnav_config.py NNetNavConfig) and
-its local / quick overlays (`nnetnav_local`, `nnetnav_quick`). Until the section is composed into
-jaxwebrl.config, this script splits it off before the run config is parsed.
+The config is a run config whose `nnetnav` section (jaxwebrl/recipes/nnetnav_config.py NNetNavConfig) holds
+the pipeline's settings; its local / quick variants overlay it like any other section.
 """
 
 from __future__ import annotations
@@ -23,20 +22,12 @@ from ml_collections import ConfigDict, config_flags  # noqa: E402
 
 from jaxwebrl.config import apply_variants, command_line_fields, parse_config  # noqa: E402
 from jaxwebrl.recipes.nnetnav_config import NNetNavConfig  # noqa: E402
-from jaxwebrl.recipes.nnetnav_run import nnetnav_section, run_pipeline  # noqa: E402
-
-SECTION_KEYS = ("nnetnav", "nnetnav_local", "nnetnav_quick")
-
+from jaxwebrl.recipes.nnetnav_run import run_pipeline  # noqa: E402
 
 def split_config(cfg: ConfigDict, explicit: Collection[str] = ()) -> tuple[Any, NNetNavConfig]:
-    """(RunConfig, NNetNavConfig) with the local / quick overlays applied; command-line fields win."""
-    d = cfg.to_dict()
-    nn, local, quick = (d.pop(k, None) or {} for k in SECTION_KEYS)
-    run = parse_config(apply_variants(ConfigDict(d), explicit))
-    for on, overlay in ((d.get("local"), local), (d.get("quick"), quick)):
-        if on:
-            nn.update({k: v for k, v in overlay.items() if f"nnetnav.{k}" not in explicit})
-    return run, nnetnav_section(nn)
+    """(RunConfig, its `nnetnav` section) with the local / quick variants applied; command-line fields win."""
+    run = parse_config(apply_variants(cfg, explicit))
+    return run, run.nnetnav
 
 
 def main() -> None:
