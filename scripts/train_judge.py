@@ -21,7 +21,7 @@ def parse(config: Any, explicit: Collection[str] = ()) -> tuple[Any, Any]:
     """(the policy's run config, the JudgeTrainingConfig) from configs/judge_local.py's tree."""
     import ml_collections
 
-    from jaxwebrl.config import ConfigError, apply_quick, parse_config
+    from jaxwebrl.config import ConfigError, apply_variants, parse_config
     from jaxwebrl.fields import FieldError
     from jaxwebrl.recipes.judge_training import JudgeTrainingConfig
 
@@ -42,7 +42,7 @@ def parse(config: Any, explicit: Collection[str] = ()) -> tuple[Any, Any]:
         overlay(policy_run, overrides.pop("policy_run", {}) or {}, "policy_run.")
         overlay(tree, overrides, "")
     policy_run.quick = False
-    run = parse_config(apply_quick(policy_run))
+    run = parse_config(apply_variants(policy_run))
     known = {f.name for f in dataclasses.fields(JudgeTrainingConfig)}
     for k in tree:
         if k not in known:

@@ -99,8 +99,9 @@ def test_last_k_screenshots_token_in_token_out_with_images(policy: dict[str, Any
         n_tokens = sum(int(np.prod(im.grid_thw)) for im in turn.images) // cfg.vision.merge_unit
         assert prompt.count(cfg.image_token_id) == n_tokens > 0
         assert cfg.image_token_id not in turn.response_ids  # (a sampled placeholder would be read as an image)
-        # the newest image is this turn's screenshot
-        assert turn.observation_digest == __import__("hashlib").sha256(turn.images[-1].png).hexdigest()
+        # the newest image is this turn's screenshot, and the observation digest fingerprints it
+        shot = __import__("hashlib").sha1(turn.images[-1].png).hexdigest()[:16]
+        assert turn.observation_digest.endswith(":" + shot)
         # rebuilt from the record alone, the full forward gives the engine's logprobs (temperature 1)
         pixels = np.concatenate([im.pixel_values(proc) for im in turn.images])
         for im, sent in zip(turn.images, images):

@@ -28,6 +28,7 @@ PAPER_CONFIGS = {  # config -> (model params in billions, seq_len) the paper use
     "rft_browseragent": (7.62, 16384),
     "sft_webagent_r1": (3.09, 16384),
     "sft_browseragent": (7.62, 8192),
+    "sft_nnetnav": (8.03, 20480),
 }
 
 CODE = r"""

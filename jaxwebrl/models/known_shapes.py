@@ -2,8 +2,8 @@
 
 A dry run compiles the full-size train step against abstract params: it needs the model's shape, not its
 weights. When `model.source='hf'` points at a directory without config.json, the checkpoint's name (the
-directory's basename) is looked up here. Values are those of the published config.json files (Qwen2.5 and
-Qwen3 model cards on HuggingFace); a real run reads the checkpoint's own config.json instead.
+directory's basename) is looked up here. Values are those of the published config.json files (Qwen2.5,
+Qwen3 and Llama-3.1 model cards on HuggingFace); a real run reads the checkpoint's own config.json instead.
 """
 
 from __future__ import annotations
@@ -26,11 +26,18 @@ KNOWN_SHAPES: dict[str, dict[str, Any]] = {
     "Qwen3-8B": dict(_QWEN3, hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32, num_kv_heads=8,
                      tie_word_embeddings=False),
 }
+KNOWN_SHAPES["Llama-3.1-8B"] = dict(
+    architecture="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
+    num_kv_heads=8, head_dim=128, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+    max_position_embeddings=131072, eos_token_id=128009, bos_token_id=128000,
+    rope_scaling=(("factor", 8.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0),
+                  ("original_max_position_embeddings", 8192), ("rope_type", "llama3")))
 # Names the configs use for checkpoints they produce or fine-tune, by the model they start from.
 ALIASES = {
     "Qwen2.5-3B-Instruct": "Qwen2.5-3B",
     "Qwen2.5-7B-Instruct": "Qwen2.5-7B",
     "browseragent-sft": "Qwen2.5-7B",  # BrowserAgent's stage-1 SFT of Qwen2.5-7B-Instruct (sft_browseragent.py)
+    "Llama-3.1-8B-Instruct": "Llama-3.1-8B",  # NNetNav's explorer and SFT model (sft_nnetnav.py)
 }
 
 
