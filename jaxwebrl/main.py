@@ -100,8 +100,10 @@ def _main(argv: list[str]) -> None:
         return
     from jaxwebrl.sharding import maybe_initialize_distributed
 
+    explicit = command_line_fields(sys.argv[1:])
+    config = apply_variants(config, explicit)  # a local / quick variant may turn multi-host off
     maybe_initialize_distributed(config)  # multi-host: before any device is touched
-    train(config, command_line_fields(sys.argv[1:]))
+    train(config, explicit)
 
 
 def cli() -> None:
