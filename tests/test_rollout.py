@@ -157,3 +157,25 @@ def test_task_sampler_learnability_follows_reward_variance():
     assert uniform.weight(tasks[0]) == 1.0
     with pytest.raises(ValueError, match="floor"):
         TaskSampler(tasks, seeds=[1], learnability=True, floor=0.0)
+
+
+def test_per_operation_limits_hold_for_every_operation(policy, suite):
+    """WebGym's separate pools: with a limit of 1 on each of allocate, navigate, execute, observe, evaluate,
+    release and generate, 3 groups of 2 played together never have two of one operation in flight, and
+    every operation ran (measured peaks, not assumed)."""
+    from jaxwebrl.agent.limits import OPERATIONS
+
+    cfg, params, tok = policy
+    limits = {f"limit_{op}": 1 for op in OPERATIONS}
+
+    async def go():
+        async with pool_and_engine(cfg, params, tok, contexts=6, slots=6) as (pool, engine):
+            col = Collector(pool, engine, tok, ENV, AGENT,
+                            RolloutConfig(group_size=2, max_concurrent_groups=3, **limits))
+            tasks = iter([(suite.get_task(t), 0) for t in suite.task_ids("all")])
+            groups = [g async for g in col.stream(tasks, lambda task: AGENT)]
+            return groups, col.limits.peak
+
+    groups, peak = asyncio.run(go())
+    assert len(groups) == 3 and all(len(g.trajectories) == 2 for g in groups)
+    assert peak == {op: 1 for op in OPERATIONS}

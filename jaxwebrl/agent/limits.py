@@ -1,13 +1,14 @@
-"""Per-operation concurrency limits (WebGym): navigate, execute, evaluate and generate each get their own
-semaphore, so a burst of one operation type cannot starve the others."""
+"""Per-operation concurrency limits (WebGym): allocating a browser context, navigating (reset), executing
+actions, observing (snapshot, text, screenshot), evaluating, releasing the context and generating each get
+their own semaphore, so a burst of one operation type cannot starve the others."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, Mapping
+from typing import AsyncContextManager, AsyncIterator, Callable, Mapping
 
-OPERATIONS = ("navigate", "execute", "evaluate", "generate")
+OPERATIONS = ("allocate", "navigate", "execute", "observe", "evaluate", "release", "generate")
 
 
 class OperationLimits:
@@ -22,6 +23,10 @@ class OperationLimits:
         self._sems = {op: asyncio.Semaphore(n) for op, n in limits.items() if n and n > 0}
         self.in_flight = {op: 0 for op in OPERATIONS}
         self.peak = {op: 0 for op in OPERATIONS}
+
+    def slot_for(self, op: str) -> Callable[[], AsyncContextManager[None]]:
+        """A zero-argument factory of `slot(op)` (what a browser env takes for its observations)."""
+        return lambda: self.slot(op)
 
     @contextlib.asynccontextmanager
     async def slot(self, op: str) -> AsyncIterator[None]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncContextManager, Callable
 
 from jaxwebrl.browser.actions import Action, ParseError, get_action_space
 from jaxwebrl.browser.actions.base import is_closed_error
@@ -52,10 +52,14 @@ class StepResult:
 class BrowserEnv:
     """One environment slot of a pool. Not safe to step concurrently with itself (one episode at a time)."""
 
-    def __init__(self, lease: SessionLease, config: EnvConfig) -> None:
+    def __init__(self, lease: SessionLease, config: EnvConfig,
+                 observe_slot: Callable[[], AsyncContextManager[Any]] | None = None) -> None:
+        """`observe_slot()` (optional) is entered around every observation (snapshot, text, screenshot):
+        WebGym's per-operation limit on observing, separate from executing actions."""
         config.validate()
         self.lease = lease
         self.config = config
+        self.observe_slot = observe_slot
         self.space = get_action_space(config.action_space)
         self.session: BrowserSession | None = None
         self.task: Task | None = None
@@ -103,7 +107,13 @@ class BrowserEnv:
         allowlist = Allowlist(origins, allow_data_urls=self.config.allow_data_urls)
         self.session, self._reused = await self.lease.open(allowlist, self.config, self._reuse_key if reuse else None)
         self.goal = await asyncio.wait_for(task.setup(self.session, seed), self.config.step_timeout_s)
-        return await asyncio.wait_for(observe(self.session, self.config.obs, self.goal), self.config.step_timeout_s)
+        return await asyncio.wait_for(self._observe(self.session), self.config.step_timeout_s)
+
+    async def _observe(self, session: BrowserSession) -> Observation:
+        if self.observe_slot is None:
+            return await observe(session, self.config.obs, self.goal)
+        async with self.observe_slot():
+            return await observe(session, self.config.obs, self.goal)
 
     async def close(self) -> None:
         """Release the context and the pool slot. Idempotent."""
@@ -219,7 +229,7 @@ class BrowserEnv:
         if not self.done and await self.task.is_done(session):
             self._end("task_done")
         await session.ensure_page()
-        obs = await observe(session, self.config.obs, self.goal)
+        obs = await self._observe(session)
         self.last_obs = obs
         if self.lease.crashed:
             raise RuntimeError("browser crashed during the step")

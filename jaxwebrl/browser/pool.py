@@ -37,7 +37,7 @@ import signal
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncContextManager, AsyncIterator, Callable
 
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
@@ -259,11 +259,13 @@ class BrowserPool:
         t.add_done_callback(self._tasks.discard)
 
     # ---- envs and contexts ------------------------------------------------------------------------
-    async def new_env(self, env_config: EnvConfig | None = None) -> BrowserEnv:
-        """An env holding one pool slot until `env.close()`; waits while the pool is full."""
+    async def new_env(self, env_config: EnvConfig | None = None,
+                      observe_slot: Callable[[], AsyncContextManager[Any]] | None = None) -> BrowserEnv:
+        """An env holding one pool slot until `env.close()`; waits while the pool is full. `observe_slot`:
+        see `BrowserEnv`."""
         await self._sem.acquire()
         lease = PoolLease(self)
-        env = BrowserEnv(lease, env_config or self.env_config)
+        env = BrowserEnv(lease, env_config or self.env_config, observe_slot)
         lease.env = env
         self._leases.add(lease)
         return env

@@ -108,7 +108,8 @@ class Collector:
     async def _episode(
         self, task: Task, seed: int, group_id: str, agent: AgentConfig, barrier: LockstepBarrier | None
     ) -> EpisodeResult:
-        env = await self.pool.new_env(self.env_config)
+        async with self.limits.slot("allocate"):
+            env = await self.pool.new_env(self.env_config, observe_slot=self.limits.slot_for("observe"))
         try:
             result = await run_episode(
                 env, self.engine, self.tokenizer, task, seed, agent, renderer=self.renderer, limits=self.limits,
@@ -116,7 +117,8 @@ class Collector:
                 policy_version=self.policy_version(), barrier=barrier,
             )
         finally:
-            await env.close()
+            async with self.limits.slot("release"):
+                await env.close()
         if self.scorer is not None:  # judged now, while the group's other episodes still play
             t0 = time.perf_counter()
             await self.scorer(result.trajectory)

@@ -24,11 +24,14 @@ class RolloutConfig:
     max_policy_lag: int = 1  # drop groups whose oldest token is more than this many versions old
     groups_per_iteration: int = 4  # accepted groups per update
     max_groups_per_iteration: int = 0  # give up after this many tried (0 = 4x groups_per_iteration)
-    # Per-operation concurrency (0 = unlimited).
-    limit_navigate: int = 0
-    limit_execute: int = 0
-    limit_evaluate: int = 0
-    limit_generate: int = 0
+    # Per-operation concurrency (0 = unlimited; WebGym: separate pools per operation).
+    limit_allocate: int = 0  # opening a browser context for an episode
+    limit_navigate: int = 0  # the task's reset (load the start page)
+    limit_execute: int = 0  # running the parsed actions
+    limit_observe: int = 0  # snapshot, text and screenshot after reset and every step
+    limit_evaluate: int = 0  # the rule evaluator at the end
+    limit_release: int = 0  # closing the episode's context
+    limit_generate: int = 0  # engine requests
     task_sampling: str = "uniform"  # uniform | learnability (draw tasks by p(1-p) of recent success)
     horizon_per_difficulty: str = ""  # e.g. 'easy:10,medium:20,hard:30' (WebGym)
     horizon_schedule: str = ""  # e.g. '0:15,100:30': from iteration 100 on, 30 steps (OpenWebRL)
