@@ -9,7 +9,11 @@ the real models (JaxEngine, sglang-jax) are exercised in test_judges.py / test_j
 from __future__ import annotations
 
 import asyncio
+import subprocess
+from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import pytest
 
 from jaxwebrl.data.records import Trajectory, Turn
 from jaxwebrl.engines.base import Generation, SamplingParams
@@ -215,3 +219,18 @@ def judged_run(workdir: Any, policy_dir: Any, source: str = "judge", **judge: An
     run = parse_config(c)
     validate_config(run, 1)
     return run
+
+
+def sglang_python_or_skip() -> str:
+    """The sglang-jax venv's python (scripts/setup_sglang_env.sh makes it; `./quickstart test` runs that).
+    Without it the calling module is skipped, saying which command prepares it."""
+    from jaxwebrl.engines.sglang_server import default_sglang_jax_python
+
+    python = default_sglang_jax_python()
+    if python is None or not Path(python).exists():
+        pytest.skip("no sglang-jax venv (.venv-sglang or $JAXWEBRL_SGLANG_PYTHON): run scripts/setup_sglang_env.sh",
+                    allow_module_level=True)
+    probe = subprocess.run([python, "-c", "import sgl_jax"], capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"{python} cannot import sgl_jax: run scripts/setup_sglang_env.sh", allow_module_level=True)
+    return python

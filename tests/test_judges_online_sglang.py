@@ -15,7 +15,6 @@ it the module is skipped with that reason.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +23,10 @@ import pytest
 
 from jaxwebrl.config import with_changes
 from jaxwebrl.engines import SGLangServer
-from jaxwebrl.engines.sglang_server import default_sglang_jax_python
-from judge_fixtures import ROLES, ScriptedPolicy, judged_run, make_verdict_checkpoint
+from judge_fixtures import sglang_python_or_skip, ROLES, ScriptedPolicy, judged_run, make_verdict_checkpoint
 
 
-def _sglang_python() -> str:
-    python = default_sglang_jax_python()
-    if python is None or not Path(python).exists():
-        pytest.skip("no sglang-jax venv (.venv-sglang or $JAXWEBRL_SGLANG_PYTHON): run scripts/setup_sglang_env.sh",
-                    allow_module_level=True)
-    probe = subprocess.run([python, "-c", "import sgl_jax"], capture_output=True, text=True, timeout=120)
-    if probe.returncode != 0:
-        pytest.skip(f"{python} cannot import sgl_jax: run scripts/setup_sglang_env.sh", allow_module_level=True)
-    return python
-
-
-PYTHON = _sglang_python()
+PYTHON = sglang_python_or_skip()
 LIMIT = 2  # judge calls in flight
 JUDGE_PROMPT = "You judge web agents. End with Verdict: SUCCESS or Verdict: NOT SUCCESS."
 

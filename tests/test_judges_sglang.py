@@ -13,15 +13,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jaxwebrl.engines import OpenAIChatEngine, SamplingParams, SGLangEngine, SGLangServer
-from jaxwebrl.engines.sglang_server import default_sglang_jax_python
 from jaxwebrl.judges import (
     ChatBackend, EngineBackend, JudgeInput, JudgeOptions, JudgeQueue, OpenWebRLJudge, apply_decision,
     reward_from_verdict,
@@ -29,21 +26,10 @@ from jaxwebrl.judges import (
 from jaxwebrl.judges.backends import ChatMessage
 from jaxwebrl.models import load_tokenizer
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
-from judge_fixtures import CORPUS, tool_call, trajectory
+from judge_fixtures import sglang_python_or_skip, CORPUS, tool_call, trajectory
 
 
-def _sglang_python() -> str:
-    python = default_sglang_jax_python()
-    if python is None or not Path(python).exists():
-        pytest.skip("no sglang-jax venv (.venv-sglang or $JAXWEBRL_SGLANG_PYTHON): run scripts/setup_sglang_env.sh",
-                    allow_module_level=True)
-    probe = subprocess.run([python, "-c", "import sgl_jax"], capture_output=True, text=True, timeout=120)
-    if probe.returncode != 0:
-        pytest.skip(f"{python} cannot import sgl_jax: run scripts/setup_sglang_env.sh", allow_module_level=True)
-    return python
-
-
-PYTHON = _sglang_python()
+PYTHON = sglang_python_or_skip()
 CFG = tiny_config("qwen3", head_dim=128, num_heads=2, num_kv_heads=1)
 SHORT_PROMPT = "You judge web agents. End with Verdict: SUCCESS or Verdict: NOT SUCCESS."
 

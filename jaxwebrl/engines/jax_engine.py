@@ -130,6 +130,23 @@ def prefill_buckets(max_len: int, min_bucket: int = 16) -> tuple[int, ...]:
     return tuple(out) + (max_len,)
 
 
+def _first_token_into_slot(
+    logits: jax.Array, small: dict[str, jax.Array], cache: dict[str, jax.Array], length: jax.Array, slot: jax.Array,
+    seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
+) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+    """The end of a prefill: sample the first token at position length-1 and write the prompt's one-row
+    cache into the engine's cache at `slot`."""
+    last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, axis=0, keepdims=True)
+    keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
+    tok, lp = sample(last, keys, temp[None], top_k[None], top_p[None], greedy[None])
+    zero = jnp.zeros((), jnp.int32)
+    cache = {
+        name: jax.lax.dynamic_update_slice(cache[name], small[name], (zero, slot, zero, zero, zero))
+        for name in ("k", "v")
+    }
+    return cache, tok[0], lp[0]
+
+
 class JaxEngine:
     """Continuous-batching sampler over `forward` with a slot KV cache; implements `Engine`. `cfg` is a text
     `ModelConfig` or a `VLConfig` (then requests may carry images)."""
@@ -257,15 +274,7 @@ class JaxEngine:
         small = init_cache(self.text_cfg, 1, bucket, self._cache_dtype)
         positions = jnp.arange(bucket, dtype=jnp.int32)[None]
         logits, small = forward(self.cfg, params, tokens, positions, cache=small)
-        last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, axis=0, keepdims=True)
-        keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
-        tok, lp = sample(last, keys, temp[None], top_k[None], top_p[None], greedy[None])
-        zero = jnp.zeros((), jnp.int32)
-        cache = {
-            name: jax.lax.dynamic_update_slice(cache[name], small[name], (zero, slot, zero, zero, zero))
-            for name in ("k", "v")
-        }
-        return cache, tok[0], lp[0]
+        return _first_token_into_slot(logits, small, cache, length, slot, seed, temp, top_k, top_p, greedy)
 
     def _prefill_vl_fn(
         self, params: Params, cache: dict[str, jax.Array], inputs: dict[str, Any], length: jax.Array,
@@ -276,15 +285,7 @@ class JaxEngine:
         bucket = inputs["tokens"].shape[1]
         small = init_cache(self.text_cfg, 1, bucket, self._cache_dtype)
         logits, small = vl.forward(self.cfg, params, inputs, cache=small)
-        last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, axis=0, keepdims=True)
-        keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
-        tok, lp = sample(last, keys, temp[None], top_k[None], top_p[None], greedy[None])
-        zero = jnp.zeros((), jnp.int32)
-        cache = {
-            name: jax.lax.dynamic_update_slice(cache[name], small[name], (zero, slot, zero, zero, zero))
-            for name in ("k", "v")
-        }
-        return cache, tok[0], lp[0]
+        return _first_token_into_slot(logits, small, cache, length, slot, seed, temp, top_k, top_p, greedy)
 
     def _decode_vl_fn(
         self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
