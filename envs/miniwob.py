@@ -73,10 +73,10 @@ class _FileHandler(LoggingRequestHandlerMixin, http.server.SimpleHTTPRequestHand
 
 
 class MiniWoBServer:
-    """Static server for the MiniWoB++ html directory on a free loopback port."""
+    """Static server for the MiniWoB++ html directory (or another `root`) on a free loopback port."""
 
-    def __init__(self, port: int = 0) -> None:
-        handler = functools.partial(_FileHandler, directory=str(html_root()))
+    def __init__(self, port: int = 0, root: Path | None = None) -> None:
+        handler = functools.partial(_FileHandler, directory=str(root or html_root()))
         self.httpd = LoggingHTTPServer(("127.0.0.1", port), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
