@@ -4,11 +4,11 @@
   python scripts/bench_grpo.py --side=ours|tunix|torch
 
 Tunix needs its own dependencies (tensorflow-datasets, qwix, ...), so it lives in a separate virtual
-environment with the same jax/flax versions (see BUILD.md):
-  python3 -m venv /work/venv-tunix && /work/venv-tunix/bin/pip install jax==0.10.2 flax==0.12.8 \
-      optax==0.2.8 orbax-checkpoint==0.12.8 google-tunix
-and this script runs its Tunix side there (--tunix_python). If that interpreter or Tunix is missing, the
-comparison falls back to a PyTorch/transformers implementation of the same loss (--side=torch).
+environment of this checkout with the same jax/flax versions, made by
+  bash scripts/setup_tunix_env.sh          # -> <repo>/.venv-tunix (git-ignored)
+and this script runs its Tunix side there (--tunix_python, or TUNIX_PYTHON). If that interpreter or Tunix
+is missing, it says how to make it and compares against a PyTorch/transformers implementation of the same
+loss instead (--side=torch).
 
 Both sides: a tiny Qwen3 (same shapes), B sequences of prompt P + completion C tokens, token-mean GRPO loss
 with clip 0.2, KL (k3) to precomputed reference logprobs with beta 0.04, AdamW; one optimizer step per
@@ -29,6 +29,8 @@ import numpy as np
 SHAPE = dict(vocab_size=1024, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2,
              head_dim=32, rope_theta=1e6, rms_norm_eps=1e-6)
 BETA, EPS, LR = 0.04, 0.2, 1e-5
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TUNIX_PYTHON = os.path.join(REPO, ".venv-tunix", "bin", "python")  # made by scripts/setup_tunix_env.sh
 
 
 def make_batch(B: int, P: int, C: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -187,7 +189,7 @@ def main() -> None:
     ap.add_argument("--completion", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--tunix_python", default=os.environ.get("TUNIX_PYTHON", "/work/venv-tunix/bin/python"))
+    ap.add_argument("--tunix_python", default=os.environ.get("TUNIX_PYTHON", TUNIX_PYTHON))
     a = ap.parse_args()
     shape = (a.batch, a.prompt, a.completion, a.warmup, a.steps)
     if a.side != "both":
@@ -205,7 +207,8 @@ def main() -> None:
         else:
             why = f"Tunix side failed (rc {r.returncode}): {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output'}"
     else:
-        why = f"no Tunix interpreter at {a.tunix_python}"
+        why = (f"no Tunix interpreter at {a.tunix_python}: run `bash scripts/setup_tunix_env.sh` "
+               "(makes .venv-tunix in this checkout) or set TUNIX_PYTHON / --tunix_python")
     if other is None:
         print(f"{why}; comparing against PyTorch/transformers instead")
         other = {"side": "torch", **bench_torch(*shape)}
