@@ -24,6 +24,7 @@ from jaxwebrl.models.config import ModelConfig
 from jaxwebrl.models.activations import activation
 from jaxwebrl.models.attention import kernel_attention
 from jaxwebrl.models.mrope import rotate
+from jaxwebrl.models.projection import project
 from jaxwebrl.models.rope import apply_rope, attention_scaling, inverse_frequencies
 from jaxwebrl.sharding import constrain
 
@@ -194,9 +195,9 @@ def _layer(
     the cache. `mask` is None when a kernel backend (`cfg.attention`) attends by `segment_ids` instead."""
     dt = x.dtype
     h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
-    q = jnp.einsum("btd,dhk->bthk", h, p["wq"].astype(dt))
-    k = jnp.einsum("btd,dhk->bthk", h, p["wk"].astype(dt))
-    v = jnp.einsum("btd,dhk->bthk", h, p["wv"].astype(dt))
+    q = project("btd,dhk->bthk", h, p["wq"].astype(dt))
+    k = project("btd,dhk->bthk", h, p["wk"].astype(dt))
+    v = project("btd,dhk->bthk", h, p["wv"].astype(dt))
     if cfg.attention_bias:
         q, k, v = q + p["bq"].astype(dt), k + p["bk"].astype(dt), v + p["bv"].astype(dt)
     if cfg.qk_norm:
@@ -222,15 +223,15 @@ def _layer(
         attn = kernel_attention(cfg, q, k, v, segment_ids)
     else:
         attn = _attention(q, k, v, mask, cfg.num_kv_heads, heads_first=cache is not None)
-    out = jnp.einsum("bthk,hkd->btd", attn, p["wo"].astype(dt))
+    out = project("bthk,hkd->btd", attn, p["wo"].astype(dt))
     if cfg.o_bias:
         out = out + p["bo"].astype(dt)
     x = constrain(x + out, ("activation_batch", "activation_length", "activation_embed"))
     h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
-    gate = jnp.einsum("btd,df->btf", h, p["w_gate"].astype(dt))
-    up = jnp.einsum("btd,df->btf", h, p["w_up"].astype(dt))
+    gate = project("btd,df->btf", h, p["w_gate"].astype(dt))
+    up = project("btd,df->btf", h, p["w_up"].astype(dt))
     act = constrain(activation(cfg.hidden_act)(gate) * up, ("activation_batch", "activation_length", "activation_mlp"))
-    x = x + jnp.einsum("btf,fd->btd", act, p["w_down"].astype(dt))
+    x = x + project("btf,fd->btd", act, p["w_down"].astype(dt))
     return constrain(x, ("activation_batch", "activation_length", "activation_embed")), cache
 
 
@@ -317,7 +318,7 @@ def forward(
     """Logits float32[B, T, V] for tokens int32[B, T] at positions int32[B, T]; see the module doc.
     `hooks` are `hidden_states`' vision-language keywords (embeds, rope_angles, layer_residuals)."""
     h, new_cache = hidden_states(cfg, params, tokens, positions, segment_ids, cache, attend_len, **hooks)
-    logits = jnp.einsum("btd,dv->btv", h, lm_head(cfg, params).astype(h.dtype), preferred_element_type=jnp.float32)
+    logits = project("btd,dv->btv", h, lm_head(cfg, params).astype(h.dtype), jnp.float32)
     return constrain(logits, ("activation_batch", "activation_length", "activation_vocab")), new_cache
 
 

@@ -31,6 +31,7 @@ from jaxwebrl.models import ModelConfig, abstract_params, hidden_states, lm_head
 from jaxwebrl.models import vl
 from jaxwebrl.models.vl_config import VLConfig
 from jaxwebrl.models.logprobs import token_logprobs, token_logprobs_and_entropy
+from jaxwebrl.models.projection import project
 from jaxwebrl.sharding import (
     batch_spec_sharding, optimizer_state_shardings, replicated, tree_shardings,
 )
@@ -97,7 +98,7 @@ def next_token_logprobs(
     chunk = cfg.logits_chunk if cfg.logits_chunk and T % cfg.logits_chunk == 0 else T
 
     def one(hc: jax.Array, tc: jax.Array) -> tuple[jax.Array, jax.Array]:
-        logits = jnp.einsum("btd,dv->btv", hc, w, preferred_element_type=jnp.float32)
+        logits = project("btd,dv->btv", hc, w, jnp.float32)
         if cfg.temperature != 1.0:
             logits = logits / cfg.temperature
         if cfg.with_entropy:
