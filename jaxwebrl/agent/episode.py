@@ -242,4 +242,6 @@ async def _run_episode(
         ev = await _timed(timer, "browser", limits, "evaluate", env.evaluate())
     except Exception as exc:  # an evaluator that cannot read the page: the episode is unusable, not fatal
         return finish("env_error", info={"error": f"evaluate failed: {exc}"})
+    if getattr(env, "termination_reason", None) == "env_error":  # the browser was lost before evaluation
+        return finish("env_error", info={"error": getattr(env, "error", None)})
     return finish(termination, success=bool(ev.success), reward=float(ev.success), info={"raw_reward": ev.reward})

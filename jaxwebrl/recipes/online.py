@@ -35,7 +35,7 @@ from jaxwebrl.models import load_tokenizer
 from jaxwebrl.recipes.evaluate import EvalReport, evaluate
 from jaxwebrl.recipes.papers import get_recipe, run_samples
 from jaxwebrl.recipes.registry import accept_group, assign_rewards, episode_success
-from jaxwebrl.rollout.collector import Collector, Group
+from jaxwebrl.rollout.collector import Collector, Group, is_env_error
 from jaxwebrl.rollout.suites import get_suite
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
 from jaxwebrl.train.loop import Round
@@ -68,8 +68,9 @@ def episode_metrics(groups: list[Group]) -> dict[str, float]:
     terms = collections.Counter(t.termination for t in trajs)
     turns = [len(t.turns) for t in trajs]
     resp = [len(turn.response_ids) for t in trajs for turn in t.turns]
+    played = [t for t in trajs if not is_env_error(t)]  # a lost browser is no failure of the policy
     out = {
-        "rollout/success_rate": float(np.mean([bool(t.metadata.get("success")) for t in trajs])),
+        "rollout/success_rate": float(np.mean([bool(t.metadata.get("success")) for t in played])) if played else 0.0,
         "rollout/reward": float(np.mean([t.reward for t in trajs])),
         "rollout/episode_len": float(np.mean(turns)),
         "rollout/tokens_per_turn": float(np.mean(resp)) if resp else 0.0,
@@ -217,7 +218,7 @@ class OnlineRL:
         finished: list[Trajectory] = []  # every group played, kept or not (what rollouts.jsonl records)
 
         def accept(group: Group) -> bool:  # every finished group informs the task sampler, kept or not
-            self.sampler.record(group.task_id, [episode_success(t) for t in group.trajectories])
+            self.sampler.record(group.task_id, [episode_success(t) for t in group.trajectories if not is_env_error(t)])
             assign_rewards(self.recipe, group.trajectories, run.reward.source)
             kept = accept_group(self.recipe, group.trajectories, dynamic_sampling=run.train.dynamic_sampling,
                                 reward_source=run.reward.source)
@@ -252,7 +253,7 @@ class OnlineRL:
         metrics.update(task_metrics(trajs, {t.task_id: t for t in self.train_tasks},
                                     lambda task: self.horizon.max_steps(task, it)))
         metrics.update({"rollout/groups_tried": float(stats.groups), "rollout/episodes_tried": float(stats.episodes),
-                        "rollout/success_rate_all": stats.successes / max(1, stats.episodes),
+                        "rollout/success_rate_all": stats.success_rate, "rollout/env_errors": float(stats.env_errors),
                         "rollout/groups_rejected": float(stats.rejected),
                         "rollout/groups_stale": float(stats.dropped_stale), "time/rollout_s": t_rollout,
                         "train/samples_used": float(len(samples)),

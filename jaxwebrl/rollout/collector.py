@@ -64,15 +64,29 @@ class CollectStats:
     rejected: int = 0
     episodes: int = 0
     successes: int = 0  # over every episode played, accepted or not (the policy's sampled success rate)
+    # episodes the infrastructure ended (a browser crashed or its server was lost): masked, and neither a
+    # success nor a failure of the policy
+    env_errors: int = 0
     wall_s: float = 0.0
     time: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def add(self, group: Group) -> None:
         self.episodes += len(group.episodes)
         self.successes += sum(bool(e.success) for e in group.episodes)
+        self.env_errors += sum(is_env_error(e.trajectory) for e in group.episodes)
         for e in group.episodes:
             for k, v in e.timings.items():
                 self.time[k] = self.time.get(k, 0.0) + v
+
+    @property
+    def success_rate(self) -> float:
+        """Successes over the episodes the policy played to an outcome (env_error episodes left out)."""
+        return self.successes / max(1, self.episodes - self.env_errors)
+
+
+def is_env_error(trajectory: Trajectory) -> bool:
+    """Whether the infrastructure, not the policy, ended the episode (browser crashed, hung or lost)."""
+    return trajectory.termination == "env_error"
 
 
 TaskStream = Iterator[tuple[Task, int]]
