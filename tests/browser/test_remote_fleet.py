@@ -36,6 +36,7 @@ from jaxwebrl.rollout import Collector, RolloutConfig
 from jaxwebrl.models.tiny import SAMPLE_TEXT
 from jaxwebrl.models.tokenizer import train_tokenizer
 from tests.agent_fixtures import ENV
+from tests.browser.conftest import pg_task
 from tests.recipe_fixtures import ScriptedPolicy
 
 pytestmark = pytest.mark.timeout(240)
@@ -227,3 +228,25 @@ def test_fleet_config_errors_name_the_field():
                        remote_backoff_s=0.5, remote_backoff_max_s=8).pool_config()
     assert pc.remote_executable_path is None and (pc.reconnect_backoff_s, pc.reconnect_backoff_max_s) == (0.5, 8)
     assert BrowserConfig(remote_chromium="/opt/chrome").pool_config().remote_executable_path == "/opt/chrome"
+
+
+def test_remote_browsers_dial_the_gateway_at_egress_host(servers, sites):
+    """`egress_host` (here 127.0.0.2; on a cluster this host's address the servers reach) is where the gateway
+    listens and what the remote browsers' proxy and resolver rules name: pages load through it, and a
+    request to an origin outside the episode's allowlist is refused there."""
+    shop = sites.urls["shop"]
+    cfg = PoolConfig(remote_endpoints=(servers[1].url,), contexts_per_browser=1, egress_host="127.0.0.2")
+
+    async def go():
+        async with BrowserPool(cfg, ENV) as pool:
+            async with pool.episode(pg_task(sites, f"/?fetch={shop}/"), 0) as (env, obs):
+                page = env.session.page
+                await page.wait_for_function("() => document.getElementById('log').textContent !== 'ready'")
+                return (obs.text, await page.locator("#log").inner_text(), pool.gateway.forwarded,
+                        pool.gateway.refused, pool.launch_args())
+
+    text, log, forwarded, refused, args = asyncio.run(go())
+    assert "Playground" in text and forwarded >= 1  # the page came through the gateway at 127.0.0.2
+    assert log == "fetch blocked" and refused >= 1  # the other origin was refused there
+    rules = next(a for a in args if a.startswith("--host-resolver-rules="))
+    assert "MAP 127.0.0.2:" in rules and "127.0.0.1:" not in rules and rules.endswith("MAP * ~NOTFOUND")
