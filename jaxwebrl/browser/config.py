@@ -225,6 +225,9 @@ class BrowserConfig:
         positive("remote_backoff_s", self.remote_backoff_s)
         at_least("remote_backoff_max_s", self.remote_backoff_max_s, self.remote_backoff_s,
                  "the longest wait between reconnection tries cannot be shorter than the first")
+        if ":" in self.egress_host or not self.egress_host:
+            raise FieldError("egress_host", f"{self.egress_host!r} is not an IPv4 address or host name",
+                             "give the address the browsers dial, e.g. 127.0.0.1 or 10.0.0.5 (IPv6 is not supported)")
         far = [u for u in self.endpoints if not is_loopback(endpoint_host(u))]
         if far and is_loopback(self.egress_host):
             raise FieldError("egress_host", f"{self.egress_host!r} is loopback, so the browsers at {far[0]} cannot reach "

@@ -196,7 +196,7 @@ class JaxEngine:
         if mesh is not None:
             self._param_shardings = tree_shardings(params, axes, mesh)
         else:
-            one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # this host's (multi-host: its own engine)
             self._param_shardings = jax.tree.map(lambda _: one, params)
         self._params = jax.device_put(params, self._param_shardings, may_alias=False)
         self._param_avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self._params)

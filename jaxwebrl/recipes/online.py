@@ -38,6 +38,7 @@ from jaxwebrl.recipes.registry import accept_group, assign_rewards, episode_succ
 from jaxwebrl.rollout.collector import Collector, Group, is_env_error
 from jaxwebrl.rollout.suites import get_suite
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
+from jaxwebrl.train.hosts import host_local, host_path, host_seed
 from jaxwebrl.train.loop import Round
 from jaxwebrl.viewer import ViewerLog, episodes_from_trajectories, write_viewer
 
@@ -153,10 +154,12 @@ class OnlineRL:
             if run.rollout.replay_iterations > 0 else None
         )
         self.demos = demonstrations_to_replay(run)
-        self.history_file = Path(history_file) if history_file else None
-        self.rollouts_file = self.history_file.with_name(ROLLOUTS) if self.history_file and run.rl.save_rollouts else None
+        # multi-host: each host keeps its own records (history.host1.jsonl, ...) in the shared workdir
+        self.history_file = Path(host_path(history_file)) if history_file else None
+        self.rollouts_file = (Path(host_path(Path(history_file).with_name(ROLLOUTS)))
+                              if history_file and run.rl.save_rollouts else None)
         self.history: list[dict[str, Any]] = []
-        self.viewer_log = ViewerLog(os.path.join(run.workdir, VIEWER_LOG))
+        self.viewer_log = ViewerLog(host_path(os.path.join(run.workdir, VIEWER_LOG)))
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> "OnlineRL":
@@ -170,7 +173,8 @@ class OnlineRL:
         if engine_cfg.type == "sglang" and engine_cfg.launch and not engine_cfg.checkpoint:
             # a launched server starts on the current policy, exported where it can read it
             engine_cfg = dataclasses.replace(engine_cfg, checkpoint=self.trainer.export(os.path.join(run.workdir, "engine_init")))
-        self.engine = self.engine_factory(engine_cfg, params=self.trainer.params, model_cfg=self.trainer.model_cfg,
+        # each host runs its own engine on a whole copy of the params (multi-host: gathered, a collective)
+        self.engine = self.engine_factory(engine_cfg, params=host_local(self.trainer.params), model_cfg=self.trainer.model_cfg,
                                   tokenizer=self.tokenizer, version=self.version)
         self._stack.push_async_callback(self.engine.close)
         # reward.source judge / rule_or_judge: each episode is judged inside the collector as soon as it ends
@@ -181,7 +185,7 @@ class OnlineRL:
         self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg, run.rollout,
                                    policy_version=lambda: self.version, scorer=self.scorer)
         self.sampler = TaskSampler(self.train_tasks, self.train_seeds, ratio=run.tasks.ratio() or None,
-                                   seed=run.seed + self.version, learnability=run.rollout.task_sampling == "learnability")
+                                   seed=host_seed(run.seed + self.version), learnability=run.rollout.task_sampling == "learnability")
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -269,9 +273,9 @@ class OnlineRL:
 
     async def after_update(self, it: int, trainer: Any, metrics: dict[str, float]) -> None:
         """Weight sync to the engine, periodic evaluation, the iteration's history record."""
-        if metrics.get("train/samples_used"):
+        if metrics.get("train/optimizer_steps"):  # agreed by all hosts (not this host's own sample count)
             self.version = trainer.step
-            await self.engine.update_weights(trainer.params, self.version)
+            await self.engine.update_weights(host_local(trainer.params), self.version)
         metrics["time/train_s"] = time.perf_counter() - self._t_train
         metrics["policy_version"] = float(self.version)
         if self.scorer is not None:  # the round's judge counts (every episode played, kept or not)
@@ -289,6 +293,6 @@ class OnlineRL:
             with self.history_file.open("a") as f:
                 f.write(json.dumps(record) + "\n")
         v = self.run.viewer
-        await asyncio.to_thread(write_viewer, os.path.join(self.run.workdir, "viewer.html"), self.viewer_log.read(),
+        await asyncio.to_thread(write_viewer, host_path(os.path.join(self.run.workdir, "viewer.html")), self.viewer_log.read(),
                                 title=f"{self.run.recipe}: trajectories", max_episodes=v.max_episodes,
                                 max_screenshots=v.max_screenshots)

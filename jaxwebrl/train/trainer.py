@@ -211,7 +211,8 @@ class Trainer:
                 m = self._run(dev, real[i])
                 m.update(extra)
                 history.append(m)
-        out = {k: float(np.mean([h[k] for h in history if k in h])) for k in history[0]}
+        # multi-host: every host may have had nothing (all filtered); then no host stepped
+        out = {k: float(np.mean([h[k] for h in history if k in h])) for k in history[0]} if history else {}
         out.update(optimizer_steps=len(history), epochs=epochs, samples=len(samples), seq_len=seq_len,
                    staleness=float(np.mean([self.step - s.policy_version for s in samples])) if samples else 0.0)
         self.last_metrics = out

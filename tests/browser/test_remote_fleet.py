@@ -35,7 +35,7 @@ from jaxwebrl.fields import FieldError
 from jaxwebrl.rollout import Collector, RolloutConfig
 from jaxwebrl.models.tiny import SAMPLE_TEXT
 from jaxwebrl.models.tokenizer import train_tokenizer
-from tests.agent_fixtures import ENV
+from tests.agent_fixtures import ENV, RecordingEngine
 from tests.browser.conftest import pg_task
 from tests.recipe_fixtures import ScriptedPolicy
 
@@ -45,26 +45,18 @@ AGENT = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=HOR
                     max_new_tokens=16, max_context_tokens=4096)
 
 
-class GatedPolicy:
+class GatedPolicy(RecordingEngine):
     """The scripted policy, but every episode's second request waits for `gate` (Engine protocol)."""
 
     def __init__(self, inner: ScriptedPolicy):
-        self.inner, self.name, self.gate, self.waiting = inner, inner.name, asyncio.Event(), 0
+        super().__init__(inner)
+        self.gate, self.waiting = asyncio.Event(), 0
 
     async def generate(self, prompt_ids, params, *, session_id=None):
         if self.inner.sessions.get(session_id, ("", 0))[1] >= 1 and not self.gate.is_set():
             self.waiting += 1
             await self.gate.wait()
-        return await self.inner.generate(prompt_ids, params, session_id=session_id)
-
-    async def update_weights(self, weights, version: int) -> None:
-        await self.inner.update_weights(weights, version)
-
-    async def health(self):
-        return await self.inner.health()
-
-    async def close(self) -> None:
-        await self.inner.close()
+        return await super().generate(prompt_ids, params, session_id=session_id)
 
 
 def _free_port() -> int:
@@ -220,6 +212,8 @@ def test_fleet_config_errors_name_the_field():
     with pytest.raises(FieldError, match=r"egress_host: '127\.0\.0\.1' is loopback, so the browsers at ws://10\.1\.2\.3"):
         BrowserConfig(remote_endpoints=far)
     assert BrowserConfig(remote_endpoints=far, egress_host="10.1.2.9").pool_config().egress_host == "10.1.2.9"
+    with pytest.raises(FieldError, match="egress_host: '::1' is not an IPv4 address or host name"):
+        BrowserConfig(egress_host="::1")
     with pytest.raises(FieldError, match="remote_endpoints: an endpoint is listed twice"):
         BrowserConfig(remote_endpoints="ws://127.0.0.1:1/, ws://127.0.0.1:1/")
     with pytest.raises(FieldError, match="remote_backoff_max_s"):
