@@ -35,7 +35,7 @@ import jax  # noqa: E402
 if NPROC > 1:  # a crashed peer aborts the survivor after the heartbeat timeout (longer online: browsers and
     # compiles share two cores, and a starved heartbeat thread must not pass for a dead peer)
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROC, process_id=PID,
-                               initialization_timeout=60, heartbeat_timeout_seconds=60 if MODE == "online" else 20,
+                               initialization_timeout=60, heartbeat_timeout_seconds=120 if MODE == "online" else 20,
                                shutdown_timeout_seconds=30)
 
 from jax.experimental import multihost_utils  # noqa: E402
@@ -106,12 +106,19 @@ def trainer_round() -> dict:
 
 
 def online_config():
-    """A small online M-GRPO run on MiniWoB++ over the 8-device mesh; the horizon differs by host."""
-    from jaxwebrl.config import default_config, parse_config
+    """A small online GRPO run on MiniWoB++ over the 8-device mesh; the horizon differs by host.
 
+    The recipe trains every sampled turn with advantage 1 (the registry's `constant` estimator, as
+    BrowserAgent's RFT does after its filter): a random policy succeeds at nothing, so group-normalised
+    advantages would all be 0 and the update would leave the params where they were."""
+    from jaxwebrl.config import default_config, parse_config
+    from jaxwebrl.recipes.registry import Recipe, register_recipe
+
+    register_recipe(Recipe("multihost_check", reward="success", filters=(), advantage="constant", per="turn",
+                           norm="token_mean"))
     c = default_config()
-    c.recipe, c.workdir, c.seed = "webagent_r1", f"{WORKDIR}/online", 0
-    c.model.source, c.model.path = "hf", f"{WORKDIR}/tiny"
+    c.recipe, c.workdir, c.seed = "multihost_check", f"{WORKDIR}/online", 0
+    c.model.source, c.model.path = "hf", f"{WORKDIR}/tiny"  # written by the launcher, read by every host
     c.mesh = {"data": 2, "fsdp": 4, "tensor": 1}
     c.tasks.suite, c.tasks.train = "miniwob", "click-test"
     c.env.action_space, c.env.text_mode, c.env.text_budget_chars = "bid", "axtree", 200
@@ -120,7 +127,7 @@ def online_config():
     c.agent.system_prompt = "You are a web agent. Answer with exactly one action, e.g. click('12')"
     c.agent.max_steps = 1 if PID == 0 else 3  # host 1 plays three turns per episode: more samples
     c.agent.max_context_tokens, c.agent.max_new_tokens, c.agent.max_format_errors = 1024, 8, 100
-    c.data.kind, c.data.per = "online", "turn"
+    c.data.kind, c.data.per, c.data.norm = "online", "turn", "token_mean"
     c.train.seq_len, c.train.micro_batch, c.train.accum_steps, c.train.epochs = 1024, 8, 1, 1
     c.train.dynamic_sampling = False
     c.rollout.group_size, c.rollout.groups_per_iteration, c.rollout.max_concurrent_groups = 2, 2, 2
@@ -135,25 +142,13 @@ def online_config():
 def online() -> dict:
     """(e): see the module docstring. Writes each host's engine params (and host 0 the trainer's, gathered)."""
     import asyncio
-    import time
     from pathlib import Path
 
-    from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
     from jaxwebrl.recipes.online import OnlineRL
     from jaxwebrl.train.hosts import host_local
     from jaxwebrl.train.loop import fit
     from jaxwebrl.train.trainer import Trainer
 
-    # one checkpoint on the shared filesystem, read by every host. Host 1 waits for the file, not in a
-    # collective: gloo gives a collective's first call 30 s for every host to arrive
-    done = Path(WORKDIR) / "tiny.done"
-    if PID == 0:
-        make_tiny_checkpoint(f"{WORKDIR}/tiny", tiny_config("qwen3", vocab_size=512))
-        done.touch()
-    deadline = time.monotonic() + 300
-    while not done.exists():
-        assert time.monotonic() < deadline, "host 0 did not write the tiny checkpoint"
-        time.sleep(0.2)
     run = online_config()
     trainer = Trainer(run, total_steps=10)
     init = host_local(trainer.params)

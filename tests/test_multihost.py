@@ -91,7 +91,12 @@ def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
 
 
 def test_two_hosts_run_the_online_loop(tmp_path: Path):
-    h0, h1 = _two_hosts(tmp_path, "online", timeout=300)
+    from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+
+    # the policy's checkpoint on the "shared filesystem", written before the hosts start (a host busy for
+    # more than 30 s before a collective's first call would time the other out in gloo's setup)
+    make_tiny_checkpoint(tmp_path / "tiny", tiny_config("qwen3", vocab_size=512))
+    h0, h1 = _two_hosts(tmp_path, "online", timeout=600)
     print("online rounds", h0["rounds"], h1["rounds"])
     (a0, b0), (a1, b1) = h0["rounds"], h1["rounds"]  # (iteration 0, iteration 1) of each host
     # each host played its own episodes: 2 groups x 2 episodes, one turn each on host 0, up to three on host 1
