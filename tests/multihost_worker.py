@@ -9,7 +9,8 @@ through `jax.distributed.initialize` on loopback, and on the 8-device mesh (data
   (c) saves the state with the project's Orbax Checkpointer from both processes and restores it;
   (d) runs `Trainer.train_on_samples` on one rollout batch per host of different sizes and lengths (host 0:
       ten short samples with the sampler's logprobs, host 1: one long sample without), which must agree and
-      finish on both hosts with the same global metrics.
+      finish on both hosts with the same global metrics; then a round in which no host has a sample, which
+      every host leaves without a step.
 
 `multihost_worker.py PROCESS_ID 2 PORT WORKDIR online` instead runs (e): two iterations of the online loop
 (`OnlineRL` through `train.loop.fit`) on each host: its own MiniWoB++ server, its own Chromium, its own
@@ -101,8 +102,9 @@ def trainer_round() -> dict:
                               norm_weight=mask.astype(np.float32), norm_denom=mask.astype(np.float32),
                               has_old_logprobs=PID == 0))
     m = trainer.train_on_samples(samples)
+    empty = trainer.train_on_samples([])  # every host's samples filtered out: all agree on no step
     return {"optimizer_steps": m["optimizer_steps"], "seq_len": m["seq_len"], "loss": m["loss"],
-            "tokens": m["tokens"], "samples": m["samples"]}
+            "tokens": m["tokens"], "samples": m["samples"], "empty_round_steps": empty["optimizer_steps"]}
 
 
 def online_config():

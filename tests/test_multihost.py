@@ -37,7 +37,7 @@ def _report(out: str) -> dict:
     return json.loads(line[len("WORKER_REPORT "):])
 
 
-def _two_hosts(workdir: Path, *mode: str, timeout: float = 240) -> list[dict]:
+def _two_hosts(workdir: Path, *mode: str, timeout: float = 600) -> list[dict]:
     """Run the worker as processes 0 and 1 (4 CPU devices each); their reports. A hang (a collective one host
     skipped) fails after `timeout`; a crashed peer aborts the survivor after the 20 s heartbeat timeout."""
     port = str(_free_port())
@@ -88,6 +88,7 @@ def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
     assert (t0["samples"], t1["samples"]) == (10, 1)
     assert t0["seq_len"] == t1["seq_len"] == 256 and t0["optimizer_steps"] == t1["optimizer_steps"] >= 2
     assert t0["loss"] == t1["loss"] and t0["tokens"] == t1["tokens"] > 0
+    assert t0["empty_round_steps"] == t1["empty_round_steps"] == 0
 
 
 def test_two_hosts_run_the_online_loop(tmp_path: Path):
@@ -96,7 +97,7 @@ def test_two_hosts_run_the_online_loop(tmp_path: Path):
     # the policy's checkpoint on the "shared filesystem", written before the hosts start (a host busy for
     # more than 30 s before a collective's first call would time the other out in gloo's setup)
     make_tiny_checkpoint(tmp_path / "tiny", tiny_config("qwen3", vocab_size=512))
-    h0, h1 = _two_hosts(tmp_path, "online", timeout=600)
+    h0, h1 = _two_hosts(tmp_path, "online")
     print("online rounds", h0["rounds"], h1["rounds"])
     (a0, b0), (a1, b1) = h0["rounds"], h1["rounds"]  # (iteration 0, iteration 1) of each host
     # each host played its own episodes: 2 groups x 2 episodes, one turn each on host 0, up to three on host 1
