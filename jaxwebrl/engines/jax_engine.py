@@ -753,7 +753,9 @@ class JaxEngine:
         with contextlib.suppress(ValueError):
             self._prefilling.remove((slot, req))
         self._slots[slot] = None
-        self._pos[slot] = 0
+        # The free row's decode junk keeps landing at its last position, never below it: a cancel can free
+        # the slot while a decode step is running on it, and the blocks below must stay intact to be cached.
+        self._pos[slot] = min(int(self._pos[slot]), self.max_len - 1)
         self.events.append(SchedulerEvent("finish", req.request_id, slot, self.decode_steps, time.monotonic()))
         if not req.future.done():
             req.future.set_result(self._result(req, reason))
