@@ -225,6 +225,7 @@ def main() -> int:
     p.add_argument("--max-prompt", type=int, default=None, help="default: 512 (mixed), 2000 (grpo)")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-jax", action="store_true")
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-transformers", action="store_true")
     p.add_argument("--json", default=None, help="also write the results here")
@@ -246,6 +247,8 @@ def main() -> int:
               f"greedy, fp32, {os.cpu_count()} CPU cores, loadavg {os.getloadavg()[0]:.1f}", flush=True)
         results: dict[str, Any] = {}
         caches = {"on": [True], "off": [False], "both": [True, False]}[args.jax_cache or ("both" if grpo else "on")]
+        if args.skip_jax:
+            caches = []
         for on in caches:
             name = "jax" if on else "jax_nocache"
             results[name] = bench_jax(path, loads, args, prefix_cache=on)
@@ -272,7 +275,7 @@ def main() -> int:
         for name in ("jax_nocache", "transformers", "sglang_jax"):
             if name != ours and isinstance(results.get(name), dict):
                 print(f"  ratio {ours} / {name}: {results[ours]['tok_s'] / results[name]['tok_s']:.2f}x")
-    print(f"  loadavg after: {os.getloadavg()[0]:.1f}")
+    print(f"  loadavg after: {os.getloadavg()[0]:.1f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
