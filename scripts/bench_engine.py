@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -79,9 +79,9 @@ class Load:
                 f"(sum {sum(map(len, self.extensions or []))}); {len(self.prompts)} concurrent requests per turn")
 
 
-def workload(args: argparse.Namespace, vocab: int) -> tuple[Load, Load]:
-    """(warm-up load, timed load): same lengths, different tokens, so no prefix cache can carry the warm-up's
-    work into the timed run."""
+def workload(args: argparse.Namespace, vocab: int) -> list[Load]:
+    """The warm-up load, then one timed load per round: same lengths, different tokens, so no prefix cache
+    carries one run's work into another."""
     rng = np.random.default_rng(args.seed)
 
     def tokens(n: int) -> list[int]:
@@ -89,7 +89,7 @@ def workload(args: argparse.Namespace, vocab: int) -> tuple[Load, Load]:
 
     if args.workload == "mixed":
         lengths = rng.integers(args.min_prompt, args.max_prompt + 1, args.requests)
-        return Load([tokens(n) for n in lengths]), Load([tokens(n) for n in lengths])
+        return [Load([tokens(n) for n in lengths]) for _ in range(1 + args.rounds)]
     lengths = [int(n) for n in rng.integers(args.min_prompt, args.max_prompt + 1, args.groups)]
     ext = [int(n) for n in rng.integers(args.min_ext, args.max_ext + 1, args.groups * args.group_size)]
 
@@ -97,10 +97,24 @@ def workload(args: argparse.Namespace, vocab: int) -> tuple[Load, Load]:
         prompts = [p for n in lengths for p in [tokens(n)] * args.group_size]
         return Load(prompts, [tokens(n) for n in ext])
 
-    return grpo(), grpo()
+    return [grpo() for _ in range(1 + args.rounds)]
 
 
-async def _engine_run(engine: Any, load: Load, sp: SamplingParams) -> tuple[float, int]:
+class Runner:
+    """One engine under test: `start`, then `run(load)` any number of times (each returns seconds, generated
+    tokens and the prompt tokens it prefilled / reused where the engine says), then `stop`."""
+
+    name = ""
+
+    async def start(self) -> None: ...
+
+    async def run(self, load: Load) -> dict[str, float]:
+        raise NotImplementedError  # every concrete runner below implements it
+
+    async def stop(self) -> None: ...
+
+
+async def _generate_turns(engine: Any, load: Load, sp: SamplingParams) -> tuple[float, int]:
     t0 = time.perf_counter()
     outputs: list[list[int]] = []
     tokens = 0
@@ -111,37 +125,41 @@ async def _engine_run(engine: Any, load: Load, sp: SamplingParams) -> tuple[floa
     return time.perf_counter() - t0, tokens
 
 
-def bench_jax(path: Path, loads: tuple[Load, Load], args: argparse.Namespace, prefix_cache: bool) -> dict[str, float]:
-    max_len = loads[1].max_context(args.new_tokens)
-    engine = JaxEngine.from_checkpoint(path, num_slots=args.slots or len(loads[1].prompts), max_len=max_len,
-                                       prefix_cache=prefix_cache, prefill_chunk=args.prefill_chunk)
-    sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, ignore_eos=True)
+class JaxRunner(Runner):
+    def __init__(self, path: Path, args: argparse.Namespace, max_len: int, slots: int, prefix_cache: bool) -> None:
+        self.name = "jax" if prefix_cache else "jax_nocache"
+        self.engine = JaxEngine.from_checkpoint(path, num_slots=slots, max_len=max_len, prefix_cache=prefix_cache,
+                                                prefill_chunk=args.prefill_chunk)
+        self.sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, ignore_eos=True)
 
-    async def main() -> dict[str, float]:
-        try:
-            cold, _ = await _engine_run(engine, loads[0], sp)
-            before = engine.stats()
-            warm, tokens = await _engine_run(engine, loads[1], sp)
-            after = engine.stats()
-            return {"cold_s": cold, "warm_s": warm, "tokens": tokens, "tok_s": tokens / warm,
-                    "compiles": sum(engine.compile_counts().values()),
-                    "prefilled": after["prefill_tokens"] - before["prefill_tokens"],
-                    "reused": after["cached_tokens"] - before["cached_tokens"]}
-        finally:
-            await engine.close()
+    async def run(self, load: Load) -> dict[str, float]:
+        before = self.engine.stats()
+        seconds, tokens = await _generate_turns(self.engine, load, self.sp)
+        after = self.engine.stats()
+        return {"s": seconds, "tokens": tokens, "compiles": sum(self.engine.compile_counts().values()),
+                "prefilled": after["prefill_tokens"] - before["prefill_tokens"],
+                "reused": after["cached_tokens"] - before["cached_tokens"]}
 
-    return asyncio.run(main())
+    async def stop(self) -> None:
+        await self.engine.close()
 
 
-def bench_transformers(path: Path, loads: tuple[Load, Load], args: argparse.Namespace) -> dict[str, float]:
-    import torch
-    import transformers
+class TransformersRunner(Runner):
+    """Batched `generate` over each turn's requests (left-padded), as a user without a serving engine would."""
 
-    torch.set_num_threads(os.cpu_count() or 1)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    pad = 0
+    name = "transformers"
 
-    def generate(batch: list[list[int]]) -> list[list[int]]:
+    def __init__(self, path: Path, args: argparse.Namespace) -> None:
+        import torch
+        import transformers
+
+        torch.set_num_threads(os.cpu_count() or 1)
+        self.torch = torch
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.new_tokens = args.new_tokens
+
+    def _generate(self, batch: list[list[int]]) -> list[list[int]]:
+        torch, pad = self.torch, 0
         width = max(len(p) for p in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -149,20 +167,18 @@ def bench_transformers(path: Path, loads: tuple[Load, Load], args: argparse.Name
             ids[i, width - len(p):] = torch.tensor(p)
             mask[i, width - len(p):] = 1
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.new_tokens,
-                                 min_new_tokens=args.new_tokens, pad_token_id=pad)
+            out = self.model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=self.new_tokens,
+                                      min_new_tokens=self.new_tokens, pad_token_id=pad)
         return out[:, width:].tolist()
 
-    def run(load: Load) -> tuple[float, int]:
+    async def run(self, load: Load) -> dict[str, float]:
         t0 = time.perf_counter()
         outputs: list[list[int]] = []
+        tokens = 0
         for turn in range(load.turns):
-            outputs = generate(load.prompts_for(turn, outputs))
-        return time.perf_counter() - t0, sum(map(len, outputs)) * load.turns
-
-    cold, _ = run(loads[0])
-    warm, tokens = run(loads[1])
-    return {"cold_s": cold, "warm_s": warm, "tokens": tokens, "tok_s": tokens / warm}
+            outputs = self._generate(load.prompts_for(turn, outputs))
+            tokens += sum(map(len, outputs))
+        return {"s": time.perf_counter() - t0, "tokens": tokens}
 
 
 def _sglang_cached_tokens(log: str) -> int:
@@ -170,36 +186,67 @@ def _sglang_cached_tokens(log: str) -> int:
     return sum(int(m) for m in re.findall(r"#cached-token: (\d+)", log))
 
 
-def bench_sglang(path: Path, loads: tuple[Load, Load], args: argparse.Namespace) -> dict[str, float] | str:
-    python = default_sglang_jax_python()
-    if python is None:
-        return "skipped: no .venv-sglang (run scripts/setup_sglang_env.sh)"
-    ctx = 1 << loads[1].max_context(args.new_tokens).bit_length()
-    requests = len(loads[1].prompts)
-    server = SGLangServer(path, device="cpu", python=python, context_length=ctx,
-                          max_running_requests=args.slots or requests,
-                          max_total_tokens=max(8192, requests * ctx))
-    t0 = time.perf_counter()
-    server.start()
-    startup = time.perf_counter() - t0
-    sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, ignore_eos=True)
+class SGLangRunner(Runner):
+    """An sglang-jax server (radix cache on, its default) on loopback, through our SGLangEngine client."""
 
-    async def main() -> dict[str, float]:
-        engine = SGLangEngine(server.url)
-        try:
-            cold, _ = await _engine_run(engine, loads[0], sp)
-            before = _sglang_cached_tokens(server.log_path.read_text(errors="replace"))
-            warm, tokens = await _engine_run(engine, loads[1], sp)
-            reused = _sglang_cached_tokens(server.log_path.read_text(errors="replace")) - before
-            return {"startup_s": startup, "cold_s": cold, "warm_s": warm, "tokens": tokens, "tok_s": tokens / warm,
-                    "reused": reused}
-        finally:
-            await engine.close()
+    name = "sglang_jax"
 
+    def __init__(self, path: Path, args: argparse.Namespace, max_context: int, slots: int, python: str) -> None:
+        ctx = 1 << max_context.bit_length()
+        self.server = SGLangServer(path, device="cpu", python=python, context_length=ctx, max_running_requests=slots,
+                                   max_total_tokens=max(8192, slots * ctx))
+        self.sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, ignore_eos=True)
+        self.engine: Any = None
+        self.startup_s = 0.0
+
+    async def start(self) -> None:
+        t0 = time.perf_counter()
+        await asyncio.get_running_loop().run_in_executor(None, self.server.start)
+        self.startup_s = time.perf_counter() - t0
+        self.engine = SGLangEngine(self.server.url)
+
+    def _cached(self) -> int:
+        return _sglang_cached_tokens(self.server.log_path.read_text(errors="replace"))
+
+    async def run(self, load: Load) -> dict[str, float]:
+        before = self._cached()
+        seconds, tokens = await _generate_turns(self.engine, load, self.sp)
+        return {"s": seconds, "tokens": tokens, "reused": self._cached() - before}
+
+    async def stop(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()
+        self.server.stop()
+
+
+async def bench(runners: list[Runner], loads: list[Load]) -> dict[str, Any]:
+    """Warm every runner on loads[0] (compiles, allocations), then time loads[1:] in rounds, every runner once
+    per round, so a change in the machine's load falls on all of them alike. Each load has fresh tokens:
+    no prefix cache carries one round's work into the next."""
+    results: dict[str, Any] = {}
     try:
-        return asyncio.run(main())
+        for r in runners:
+            await r.start()
+            cold = await r.run(loads[0])
+            results[r.name] = {"cold_s": cold["s"], "rounds": []}
+            print(f"  {r.name}: warmed up in {cold['s']:.1f}s (loadavg {os.getloadavg()[0]:.1f})", flush=True)
+        for i, load in enumerate(loads[1:]):
+            for r in runners:
+                out = await r.run(load)
+                out["loadavg"] = os.getloadavg()[0]
+                results[r.name]["rounds"].append(out)
+                print(f"  round {i + 1} {r.name}: {out}", flush=True)
     finally:
-        server.stop()
+        for r in runners:
+            await r.stop()
+    for r in runners:
+        rounds = results[r.name]["rounds"]
+        best = min(rounds, key=lambda o: o["s"])  # the least disturbed round
+        results[r.name].update(best, warm_s=best["s"], tok_s=best["tokens"] / best["s"],
+                               tok_s_rounds=[o["tokens"] / o["s"] for o in rounds])
+        if isinstance(r, SGLangRunner):
+            results[r.name]["startup_s"] = r.startup_s
+    return results
 
 
 def main() -> int:
@@ -225,6 +272,7 @@ def main() -> int:
     p.add_argument("--max-prompt", type=int, default=None, help="default: 512 (mixed), 2000 (grpo)")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=1, help="timed rounds (every engine once per round, interleaved)")
     p.add_argument("--skip-jax", action="store_true")
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-transformers", action="store_true")
@@ -244,29 +292,34 @@ def main() -> int:
         print(f"model: qwen3 L={cfg.num_layers} D={cfg.hidden_size} H={cfg.num_heads}x{cfg.head_dim} "
               f"KV={cfg.num_kv_heads} F={cfg.intermediate_size} V={cfg.vocab_size} params={cfg.num_params() / 1e6:.1f}M")
         print(f"load ({args.workload}): {loads[1].describe(args)}; {args.new_tokens} new tokens each, EOS disabled, "
-              f"greedy, fp32, {os.cpu_count()} CPU cores, loadavg {os.getloadavg()[0]:.1f}", flush=True)
-        results: dict[str, Any] = {}
+              f"greedy, fp32; {args.rounds} timed round(s); {os.cpu_count()} CPU cores, loadavg "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+        slots = args.slots or len(loads[1].prompts)
+        max_context = max(load.max_context(args.new_tokens) for load in loads)
+        runners: list[Runner] = []
         caches = {"on": [True], "off": [False], "both": [True, False]}[args.jax_cache or ("both" if grpo else "on")]
-        if args.skip_jax:
-            caches = []
-        for on in caches:
-            name = "jax" if on else "jax_nocache"
-            results[name] = bench_jax(path, loads, args, prefix_cache=on)
-            print(f"JaxEngine (prefix cache {'on' if on else 'off'}): {results[name]}", flush=True)
+        for on in [] if args.skip_jax else caches:
+            runners.append(JaxRunner(path, args, max_context, slots, prefix_cache=on))
         if not args.skip_transformers:
-            results["transformers"] = bench_transformers(path, loads, args)
-            print(f"transformers.generate:  {results['transformers']}", flush=True)
+            runners.append(TransformersRunner(path, args))
+        skipped: dict[str, str] = {}
         if not args.skip_sglang:
-            results["sglang_jax"] = bench_sglang(path, loads, args)
-            print(f"sglang-jax server:      {results['sglang_jax']}", flush=True)
+            python = default_sglang_jax_python()
+            if python is None:
+                skipped["sglang_jax"] = "skipped: no .venv-sglang (run scripts/setup_sglang_env.sh)"
+            else:
+                runners.append(SGLangRunner(path, args, max_context, slots, python))
+        results: dict[str, Any] = asyncio.run(bench(runners, loads))
+        results.update(skipped)
 
-    print("\ngenerated tokens/s (warm run):")
+    print("\ngenerated tokens/s (best timed round; all rounds in brackets):")
     for name, r in results.items():
         if isinstance(r, dict):
             reuse = f"; prompt tokens reused {r['reused']}" if "reused" in r else ""
             reuse += f", prefilled {r['prefilled']}" if "prefilled" in r else ""
-            print(f"  {name:14s} {r['tok_s']:8.1f} tok/s   ({r['tokens']} tokens in {r['warm_s']:.2f}s; "
-                  f"cold run {r['cold_s']:.2f}s{reuse})")
+            rounds = ", ".join(f"{x:.1f}" for x in r["tok_s_rounds"])
+            print(f"  {name:14s} {r['tok_s']:8.1f} tok/s [{rounds}]  ({r['tokens']} tokens in {r['warm_s']:.2f}s; "
+                  f"warm-up {r['cold_s']:.2f}s{reuse})")
         else:
             print(f"  {name:14s} {r}")
     for ours in ("jax", "jax_nocache"):
@@ -274,7 +327,10 @@ def main() -> int:
             continue
         for name in ("jax_nocache", "transformers", "sglang_jax"):
             if name != ours and isinstance(results.get(name), dict):
-                print(f"  ratio {ours} / {name}: {results[ours]['tok_s'] / results[name]['tok_s']:.2f}x")
+                per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(results[ours]["tok_s_rounds"],
+                                                                      results[name]["tok_s_rounds"]))
+                print(f"  ratio {ours} / {name}: {results[ours]['tok_s'] / results[name]['tok_s']:.2f}x "
+                      f"(best rounds; round by round: {per_round})")
     print(f"  loadavg after: {os.getloadavg()[0]:.1f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
