@@ -167,6 +167,19 @@ def test_each_section_names_its_own_bad_field(tmp_path):
             parse_config(c)
 
 
+def test_engine_prefix_cache_fields_are_checked(tmp_path):
+    c = _tiny(tmp_path)
+    c.engine.page_size = c.engine.max_len * 2
+    with pytest.raises(ConfigError, match=r"config\.engine\.page_size: \d+ exceeds max_len=\d+; use a page_size"):
+        parse_config(c)
+    c = _tiny(tmp_path)
+    c.engine.prefix_cache_tokens = 4
+    with pytest.raises(ConfigError, match=r"config\.engine\.prefix_cache_tokens: 4 is less than one page"):
+        parse_config(c)
+    c.engine.prefix_cache = False  # the switch off: the budget no longer matters
+    assert parse_config(c).engine.jax_kwargs()["prefix_cache"] is False
+
+
 def test_wrong_type_is_named(tmp_path):
     c = _tiny(tmp_path)
     c.train = {"seq_len": "long"}  # ml_collections keeps a field's type; a section given whole as a dict may not

@@ -25,7 +25,7 @@ def make_engine(
     if kind == "jax":
         from jaxwebrl.engines.jax_engine import JaxEngine
 
-        kwargs = dict(num_slots=config.num_slots, max_len=config.max_len or None, seed=config.seed, version=version)
+        kwargs = dict(config.jax_kwargs(), version=version)
         if params is not None:
             if model_cfg is None:
                 raise ValueError("make_engine(type='jax', params=...) also needs model_cfg=")

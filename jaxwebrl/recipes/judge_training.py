@@ -96,7 +96,7 @@ async def collect(run: Any, cfg: JudgeTrainingConfig) -> list[Trajectory]:
         plan += [(t, s, "heldout") for s in suite.seeds("test", cfg.heldout_seeds) for t in tasks]
         split = {(t.task_id, s): name for t, s, name in plan}
         tok = load_tokenizer(cfg.policy)
-        engine = JaxEngine.from_checkpoint(cfg.policy, num_slots=run.engine.num_slots, max_len=run.engine.max_len,
+        engine = JaxEngine.from_checkpoint(cfg.policy, **run.engine.jax_kwargs(),
                                            tokenizer=tok)
         agent = dataclasses.replace(run.agent, temperature=cfg.temperature, greedy=False)
         env_cfg = run.browser_env()

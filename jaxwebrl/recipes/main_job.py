@@ -196,7 +196,7 @@ async def evaluate_checkpoints(run: RunConfig, policies: dict[str, str], eval_se
         async with BrowserPool(pool_cfg, env_cfg) as pool:
             for name, path in policies.items():
                 tokenizer = load_tokenizer(path)
-                engine = JaxEngine.from_checkpoint(path, num_slots=run.engine.num_slots, max_len=run.engine.max_len,
+                engine = JaxEngine.from_checkpoint(path, **run.engine.jax_kwargs(),
                                                    tokenizer=tokenizer)
                 bar = tqdm(total=len(eval_tasks) * len(seeds), desc=f"evaluate {name}", unit="ep",
                            disable=not run.log.progress)
