@@ -98,6 +98,7 @@ class SGLangEngine:
         self._closed = False
         self._exports: list[Path] = []
         self._updating: asyncio.Future[None] | None = None  # set while update_weights runs
+        self.last_sync: dict[str, Any] = {}  # the server's reply to the last reload (timings), for logs
 
     @classmethod
     def for_server(cls, server: SGLangServer, **kwargs: Any) -> "SGLangEngine":
@@ -286,6 +287,7 @@ class SGLangEngine:
         if resp.status_code != 200 or body.get("success") is False:
             raise WeightSyncError(f"SGLang {self.url}/update_weights_from_disk failed: HTTP "
                                   f"{resp.status_code} {resp.text[:500]}")
+        self.last_sync = body
 
     async def _checkpoint_dir(self, weights: WeightsSource, version: int) -> Path:
         if isinstance(weights, (str, os.PathLike)):
