@@ -15,7 +15,9 @@ boundary: the trainer writes safetensors, the server reads them).
   .venv/bin/python scripts/bench_weight_sync.py --model mid --reloads 3 --restarts 1   # Qwen3-0.6B shapes, bf16
   .venv/bin/python scripts/bench_weight_sync.py --export-dir /dev/shm/jaxwebrl_sync   # exports in RAM
 
-Server flags are sglang-jax's defaults plus the CPU limits (precompile on: a restart pays it, as in a run).
+Server flags are sglang-jax's defaults plus the CPU limits (precompile on: a restart pays it, as in a run);
+`--server-args=--disable-precompile` moves the compile of each shape to its first request instead (the
+"first request after it" column then carries it for the restart).
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def bench(method: str, path: Path, cfg: Any, weights: list[Any], prompt: list[in
     python = default_sglang_jax_python()
     assert python is not None
     server = SGLangServer(path, device="cpu", python=python, weight_reload=method == "reload",
-                          context_length=args.context_length, log_path=workdir / f"{method}.log", startup_timeout=3600)
+                          context_length=args.context_length, log_path=workdir / f"{method}.log", startup_timeout=3600,
+                          extra_args=args.server_args.split())
     export_dir = Path(args.export_dir or workdir) / f"exports_{method}"
     t0 = time.perf_counter()
     server.start()
@@ -138,6 +141,7 @@ def main() -> int:
     p.add_argument("--restarts", type=int, default=2)
     p.add_argument("--context-length", type=int, default=1024)
     p.add_argument("--export-dir", default="", help="where exports go (default: a temp dir on disk)")
+    p.add_argument("--server-args", default="", help="extra sglang-jax flags for both servers")
     p.add_argument("--json", default="", help="also write the results here")
     args = p.parse_args()
     if default_sglang_jax_python() is None:
@@ -157,7 +161,7 @@ def main() -> int:
                    for m, n in (("reload", args.reloads), ("restart", args.restarts))}
         expected = asyncio.run(reference(cfg, weights, prompt)) if args.model == "tiny" else None
     print(f"\nmodel {args.model}, {n_params(params_a) / 1e6:.1f}M params; machine load now "
-          f"{os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores")
+          f"{os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores; server args: {args.server_args or 'defaults'}")
     med = {}
     for method, res in results.items():
         rows = res["rows"]

@@ -50,6 +50,9 @@ from jaxwebrl.engines.base import (
 from jaxwebrl.engines.sglang_server import SGLangServer
 
 _RETRY_STATUS = {502, 503, 504}
+# Exports under way, by directory: the engines of a Router share `export_dir` and get the same params at once,
+# so they wait for one export instead of writing the same files concurrently (one version = one set of params).
+_EXPORTING: dict[Path, asyncio.Future[Any]] = {}
 
 
 class SGLangEngine:
@@ -297,8 +300,14 @@ class SGLangEngine:
                              "HF checkpoint the server loads (or pass a checkpoint directory instead)")
         from jaxwebrl.models import export_hf
 
-        out = self.export_dir / f"policy_v{version}"
-        await asyncio.to_thread(export_hf, self.model_cfg, weights, out, self.tokenizer_dir)
+        out = (self.export_dir / f"policy_v{version}").resolve()
+        running = _EXPORTING.get(out)
+        if running is None:
+            running = asyncio.ensure_future(asyncio.to_thread(export_hf, self.model_cfg, weights, out,
+                                                              self.tokenizer_dir))
+            _EXPORTING[out] = running
+            running.add_done_callback(lambda _: _EXPORTING.pop(out, None))
+        await asyncio.shield(running)
         self._exports.append(out)
         while len(self._exports) > self.keep_exports:  # old exports are not read by anyone any more
             shutil.rmtree(self._exports.pop(0), ignore_errors=True)
