@@ -10,6 +10,9 @@ checkpoint, greedy, for a short and a long prompt (default 256 and 4096 random t
   sglang-jax vs transformers the same tokens through transformers (PyTorch, float32): an independent reference
   trainer vs transformers   our forward vs transformers on those tokens
   JaxEngine vs trainer      our sampler's logprobs vs our forward on its own tokens
+  sglang-jax vs trainer with sglang-jax's RoPE table   the first row again, our forward given the
+                            inverse-frequency table sglang-jax computes (numpy float32 pow, taken from its venv)
+                            instead of transformers' (torch pow): what is left once RoPE tables agree
 and how many greedy tokens the server and the JaxEngine agree on. Max and mean |delta logprob| over the
 generated tokens.
 
@@ -43,11 +46,32 @@ from jaxwebrl.models import forward, token_logprobs  # noqa: E402
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config  # noqa: E402
 
 
-def trainer_logprobs(cfg: Any, params: Any, prompt: list[int], tokens: list[int]) -> np.ndarray:
+def trainer_logprobs(cfg: Any, params: Any, prompt: list[int], tokens: list[int],
+                     inv_freq: np.ndarray | None = None) -> np.ndarray:
+    """Our forward's logprobs of `tokens` after `prompt`; `inv_freq` replaces the RoPE table (a diagnostic)."""
+    from jaxwebrl.models import decoder
+
     seq = jnp.asarray([prompt + tokens])
-    logits, _ = jax.jit(lambda s: forward(cfg, params, s, jnp.arange(s.shape[1])[None]))(seq)
+    original = decoder.inverse_frequencies
+    if inv_freq is not None:
+        decoder.inverse_frequencies = lambda _cfg: inv_freq
+    try:
+        logits, _ = jax.jit(lambda s: forward(cfg, params, s, jnp.arange(s.shape[1])[None]))(seq)
+    finally:
+        decoder.inverse_frequencies = original
     n = len(prompt)
     return np.asarray(token_logprobs(logits[0, n - 1 : -1], jnp.asarray(tokens), 1.0))
+
+
+def sglang_jax_inv_freq(python: str, theta: float, dim: int) -> np.ndarray:
+    """The RoPE table sglang-jax's RotaryEmbedding builds, computed by its own interpreter and numpy."""
+    import subprocess
+
+    code = (f"import numpy as np; t = 1.0 / ({theta!r} ** (np.arange(0, {dim}, 2, dtype=np.float32) / {dim})); "
+            "print(t.dtype.name, ' '.join(float(x).hex() for x in t))")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300, check=True).stdout.split()
+    assert out[0] == "float32", out[0]
+    return np.asarray([float.fromhex(x) for x in out[1:]], np.float32)
 
 
 def transformers_logprobs(path: Path, prompt: list[int], tokens: list[int]) -> np.ndarray:
@@ -81,6 +105,7 @@ def main() -> int:
     p.add_argument("--std", type=float, default=0.05)
     p.add_argument("--dtype", default="float32", help="param and activation dtype of the checkpoint")
     p.add_argument("--no-transformers", action="store_true")
+    p.add_argument("--server-log", default=None, help="sglang-jax's log (default: a temp file that is kept)")
     p.add_argument("--json", default="")
     args = p.parse_args()
     python = default_sglang_jax_python()
@@ -88,7 +113,9 @@ def main() -> int:
         print("no .venv-sglang: run scripts/setup_sglang_env.sh", file=sys.stderr)
         return 2
     longest = max(args.lengths) + args.new_tokens
-    ctx = 1 << longest.bit_length()  # a power of two >= prompt + new tokens
+    ctx = 1 << longest.bit_length()  # the model's and the JaxEngine's length: a power of two >= prompt + new tokens
+    # sglang-jax on CPU: room for the longest request and no more (its pool size sets the cost of each step).
+    server_ctx = longest + 16
     cfg = tiny_config("qwen3", num_layers=args.layers, hidden_size=args.hidden, num_heads=args.heads,
                       num_kv_heads=args.kv_heads, head_dim=128, intermediate_size=args.intermediate,
                       vocab_size=args.vocab, rope_theta=args.rope_theta, max_position_embeddings=ctx,
@@ -100,11 +127,13 @@ def main() -> int:
         path = Path(tmp) / "model"
         cfg, params = make_tiny_checkpoint(path, cfg, seed=0, std=args.std)
         prompts = {n: list(map(int, rng.integers(3, min(cfg.vocab_size, 400), n))) for n in args.lengths}
-        server = SGLangServer(path, device="cpu", python=python, context_length=ctx, max_total_tokens=2 * ctx,
-                              max_running_requests=2, log_path=Path(tmp) / "server.log", startup_timeout=3600)
+        server = SGLangServer(path, device="cpu", python=python, context_length=server_ctx,
+                              max_total_tokens=server_ctx + 64, max_running_requests=1, log_path=args.server_log,
+                              startup_timeout=3600, extra_args=["--disable-precompile"])
         t0 = time.perf_counter()
         server.start()
-        print(f"sglang-jax up in {time.perf_counter() - t0:.0f}s (context {ctx})", flush=True)
+        print(f"sglang-jax up in {time.perf_counter() - t0:.0f}s (context {server_ctx}, log {server.log_path})",
+              flush=True)
 
         async def serve() -> dict[int, Any]:
             client = SGLangEngine(server.url, request_timeout=3600)
@@ -125,16 +154,27 @@ def main() -> int:
         finally:
             server.stop()
         ours = asyncio.run(local())
+        from jaxwebrl.models.rope import inverse_frequencies
+
+        sgl_table = sglang_jax_inv_freq(python, cfg.rope_theta, cfg.head_dim)
+        differ = int((sgl_table != inverse_frequencies(cfg)).sum())
+        results["rope_table_entries_differing_from_transformers"] = differ
+        print(f"RoPE inverse frequencies: sglang-jax's differ from transformers' (= ours) in {differ} of "
+              f"{len(sgl_table)} entries, max relative {np.max(np.abs(sgl_table / inverse_frequencies(cfg) - 1)):.1e}")
         for n, prompt in prompts.items():
             s, j = served[n], ours[n]
             agree = next((i for i, (a, b) in enumerate(zip(s.token_ids, j.token_ids)) if a != b), len(s.token_ids))
             tr_s = trainer_logprobs(cfg, params, prompt, s.token_ids)
             tr_j = trainer_logprobs(cfg, params, prompt, j.token_ids)
+            tr_sgl_rope = trainer_logprobs(cfg, params, prompt, s.token_ids, sgl_table)
             row: dict[str, Any] = {
                 "tokens_generated": len(s.token_ids), "greedy_tokens_equal_before_first_difference": agree,
                 "mean_logprob": float(np.mean(s.logprobs)),
                 "sglang_vs_trainer": stats(s.logprobs, tr_s), "jaxengine_vs_trainer": stats(j.logprobs, tr_j),
                 "sglang_vs_jaxengine_common_prefix": stats(s.logprobs[:agree], j.logprobs[:agree]) if agree else None,
+                "sglang_vs_trainer_with_sglang_rope_table": stats(s.logprobs, tr_sgl_rope),
+                "served": {"tokens": s.token_ids, "logprobs": s.logprobs},
+                "jaxengine": {"tokens": j.token_ids, "logprobs": j.logprobs},
             }
             if not args.no_transformers:
                 hf = transformers_logprobs(path, prompt, s.token_ids)
@@ -144,7 +184,7 @@ def main() -> int:
             print(f"\nprompt {n} tokens, {len(s.token_ids)} generated (greedy), mean logprob {row['mean_logprob']:.3f}; "
                   f"greedy tokens equal (sglang-jax vs JaxEngine): {agree}/{len(s.token_ids)}")
             for key, value in row.items():
-                if isinstance(value, dict):
+                if isinstance(value, dict) and "max" in value:
                     print(f"  {key:36s} max |d logprob| {value['max']:.2e}  mean {value['mean']:.2e}")
     results["load_end"] = os.getloadavg()[0]
     print(f"\nmachine load {results['load_start']:.1f} -> {results['load_end']:.1f}, {os.cpu_count()} cores")
