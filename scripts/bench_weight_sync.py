@@ -12,7 +12,7 @@ split (drain / load / flush, from the server's reply) and the export alone (the 
 boundary: the trainer writes safetensors, the server reads them).
 
   .venv/bin/python scripts/bench_weight_sync.py                        # tiny Qwen3 (the test model)
-  .venv/bin/python scripts/bench_weight_sync.py --model mid --reloads 3 --restarts 1   # Qwen3-0.6B shapes, bf16
+  .venv/bin/python scripts/bench_weight_sync.py --model mid --reloads 3 --restarts 1   # 0.29B, bf16
   .venv/bin/python scripts/bench_weight_sync.py --export-dir /dev/shm/jaxwebrl_sync   # exports in RAM
 
 Server flags are sglang-jax's defaults plus the CPU limits (precompile on: a restart pays it, as in a run);
@@ -49,10 +49,12 @@ from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config  # noqa: E402
 MODELS = {
     # The model of tests/test_engine_sglang_reload.py.
     "tiny": dict(head_dim=128, num_heads=2, num_kv_heads=1),
-    # Qwen3-0.6B's shapes (0.6B parameters, untied head), random weights, bf16.
-    "mid": dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
-                num_kv_heads=8, head_dim=128, max_position_embeddings=2048, param_dtype="bfloat16",
-                dtype="bfloat16"),
+    # Qwen3-0.6B's layer shapes (hidden 1024, 16 q / 8 kv heads of 128, MLP 3072), 16 of its 28 layers and a 32k
+    # vocabulary (tied): 0.29B parameters, bf16 -- what this shared 24 GiB machine holds twice (trainer and server)
+    # next to other jobs.
+    "mid": dict(vocab_size=32768, hidden_size=1024, intermediate_size=3072, num_layers=16, num_heads=16,
+                num_kv_heads=8, head_dim=128, tie_word_embeddings=True, max_position_embeddings=2048,
+                param_dtype="bfloat16", dtype="bfloat16"),
 }
 SP = SamplingParams(greedy=True, max_new_tokens=8, ignore_eos=True)
 

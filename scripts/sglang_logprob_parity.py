@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -106,6 +107,7 @@ def main() -> int:
     p.add_argument("--dtype", default="float32", help="param and activation dtype of the checkpoint")
     p.add_argument("--no-transformers", action="store_true")
     p.add_argument("--server-log", default=None, help="sglang-jax's log (default: a temp file that is kept)")
+    p.add_argument("--served-json", default="", help="reuse the server's answers saved by an earlier --json run")
     p.add_argument("--json", default="")
     args = p.parse_args()
     python = default_sglang_jax_python()
@@ -127,13 +129,14 @@ def main() -> int:
         path = Path(tmp) / "model"
         cfg, params = make_tiny_checkpoint(path, cfg, seed=0, std=args.std)
         prompts = {n: list(map(int, rng.integers(3, min(cfg.vocab_size, 400), n))) for n in args.lengths}
-        server = SGLangServer(path, device="cpu", python=python, context_length=server_ctx,
-                              max_total_tokens=server_ctx + 64, max_running_requests=1, log_path=args.server_log,
-                              startup_timeout=3600, extra_args=["--disable-precompile"])
-        t0 = time.perf_counter()
-        server.start()
-        print(f"sglang-jax up in {time.perf_counter() - t0:.0f}s (context {server_ctx}, log {server.log_path})",
-              flush=True)
+        if not args.served_json:
+            server = SGLangServer(path, device="cpu", python=python, context_length=server_ctx,
+                                  max_total_tokens=server_ctx + 64, max_running_requests=1, log_path=args.server_log,
+                                  startup_timeout=3600, extra_args=["--disable-precompile"])
+            t0 = time.perf_counter()
+            server.start()
+            print(f"sglang-jax up in {time.perf_counter() - t0:.0f}s (context {server_ctx}, log {server.log_path})",
+                  flush=True)
 
         async def serve() -> dict[int, Any]:
             client = SGLangEngine(server.url, request_timeout=3600)
@@ -149,10 +152,15 @@ def main() -> int:
             finally:
                 await engine.close()
 
-        try:
-            served = asyncio.run(serve())
-        finally:
-            server.stop()
+        if args.served_json:  # the server's answers from an earlier run with the same arguments
+            earlier = json.loads(Path(args.served_json).read_text())
+            served = {n: SimpleNamespace(token_ids=earlier[str(n)]["served"]["tokens"],
+                                         logprobs=earlier[str(n)]["served"]["logprobs"]) for n in prompts}
+        else:
+            try:
+                served = asyncio.run(serve())
+            finally:
+                server.stop()
         ours = asyncio.run(local())
         from jaxwebrl.models.rope import inverse_frequencies
 
