@@ -134,11 +134,13 @@ def install(app: Any, state: dict[str, Any]) -> None:
         async with lock:
             t0 = time.perf_counter()
             async with tm.is_pause_cond:  # new generate requests wait in TokenizerManager.generate_request
-                tm.is_pause = True
+                was_paused, tm.is_pause = tm.is_pause, True  # (a /pause_generation before us stays in force)
             try:
                 if body.get("abort_all_requests"):
                     tm.abort_request(abort_all=True)
-                while tm.rid_to_state:  # running requests finish on the old weights
+                # Running requests finish on the old weights; unless the caller paused the scheduler first
+                # (SGLang's pause_generation -> update -> continue_generation flow), when they cannot finish.
+                while tm.rid_to_state and not was_paused:
                     await asyncio.sleep(0.005)
                 t_drained = time.perf_counter()
                 try:
@@ -164,7 +166,7 @@ def install(app: Any, state: dict[str, Any]) -> None:
                         "timings": {"drain_s": t_drained - t0, "load_s": load_s, "flush_s": flush_s}}
             finally:
                 async with tm.is_pause_cond:
-                    tm.is_pause = False
+                    tm.is_pause = was_paused
                     tm.is_pause_cond.notify_all()
 
     @app.get("/weight_reload_status")
