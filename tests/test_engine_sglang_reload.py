@@ -97,15 +97,26 @@ def test_update_serves_new_weights_in_the_same_process(served: Any) -> None:
     assert server.weight_reload and "sglang_jax_worker.py" in " ".join(server.command())
     assert starts == 1
 
+    fresh = [list(map(int, np.random.default_rng(seed).integers(3, 500, len(prompts[0])))) for seed in (7, 8)]
+    compiles: list[int] = []
+
     async def main() -> tuple[list[Any], list[Any], list[Any]]:
         engine = _client(served)
 
         async def run() -> list[Any]:
             return list(await asyncio.gather(*(engine.generate(p, GREEDY) for p in prompts)))
 
+        async def count_compiles() -> None:
+            compiles.append((await asyncio.to_thread(_status, served))["compiles"])
+
         try:
             before = await run()  # also fills the prefix cache
+            await engine.generate(fresh[0], GREEDY)  # one uncached prompt alone: its shapes are compiled now
+            await count_compiles()
             await engine.update_weights(served["b"], version=1)  # params -> export -> in-place reload + flush
+            await count_compiles()
+            await engine.generate(fresh[1], GREEDY)  # the same shapes under the new weights: nothing to compile
+            await count_compiles()
             after = await run()  # the same prompts again: their prefixes are cached
             await engine.update_weights(str(served["path"]), version=2)  # a checkpoint directory, back to A
             back = await run()
@@ -122,6 +133,7 @@ def test_update_serves_new_weights_in_the_same_process(served: Any) -> None:
     # No restart: the same server process, started once, and it did reload twice.
     assert server.running and server.proc.pid == pid
     assert server.log_path.read_text(errors="replace").count(READY_LINE) == 1
+    assert compiles[0] > 0 and compiles[2] == compiles[1]  # the forward did not recompile after the reload
     status = _status(served)
     assert status["reloads"] >= 2 and status["weight_version"] == "2"
     assert Path(status["model_path"]).resolve() == Path(served["path"]).resolve()

@@ -37,6 +37,12 @@ from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("jaxwebrl.sglang_jax_worker")
+COMPILES = [0]  # XLA compilations in this process: a reload must add none to the forward (/weight_reload_status)
+
+
+def count_compile(name: str, secs: float, **_: Any) -> None:
+    if name == "/jax/core/compile/backend_compile_duration":
+        COMPILES[0] += 1
 
 
 def safetensors_index(model_dir: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
@@ -171,15 +177,17 @@ def install(app: Any, state: dict[str, Any]) -> None:
 
     @app.get("/weight_reload_status")
     async def weight_reload_status() -> Any:
-        """What is served: the checkpoint, the last `weight_version`, the reload count, the running requests."""
+        """What is served: the checkpoint, the last `weight_version`, the reload count, the running requests,
+        and how many XLA compilations the process has done."""
         reloader, tm = state.get("reloader"), state.get("tokenizer_manager")
         if reloader is None or tm is None:
             return ORJSONResponse({"message": "the server is still starting"}, status_code=503)
         return {"model_path": reloader.model_path, "weight_version": reloader.weight_version,
-                "reloads": reloader.reloads, "running_requests": len(tm.rid_to_state)}
+                "reloads": reloader.reloads, "running_requests": len(tm.rid_to_state), "compiles": COMPILES[0]}
 
 
 def main(argv: list[str] | None = None) -> None:
+    import jax
     from sgl_jax.srt.entrypoints import http_server
     from sgl_jax.srt.server_args import ServerArgs
     from sgl_jax.srt.utils import kill_process_tree
@@ -199,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         state["tokenizer_manager"] = tokenizer_manager
         return tokenizer_manager, template_manager, info
 
+    jax.monitoring.register_event_duration_secs_listener(count_compile)
     http_server._launch_subprocesses_or_threads = launch_and_keep_scheduler
     install(http_server.app, state)
     try:
