@@ -3,7 +3,11 @@
 `type="jax"`: the in-process JaxEngine on the trainer's params (continuous batching over a KV cache, a
 prefix cache of KV pages that requests sharing a prompt prefix reuse, chunked prefill).
 `type="sglang"`: SGLang servers at `url` / `urls` (several -> a Router), or one the run launches on
-`checkpoint` (`launch=True`, with the `server` options). `weight_sync` says how new params reach a server.
+`checkpoint` (`launch=True`, with the `server` options). `weight_sync` says how new params reach a server:
+"disk" (default) exports them and the running server loads them in place through SGLang's
+`/update_weights_from_disk`, no restart: CUDA SGLang natively, sglang-jax through `sglang_jax_worker.py`, which
+`launch=True` starts (or scripts/launch_sglang.py --weight-reload); "restart" restarts a launched server on the
+export (any server, slow).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import dataclasses
 from jaxwebrl.fields import FieldError, at_least, comma_list, one_of, positive
 
 ENGINE_TYPES = ("jax", "sglang")
-WEIGHT_SYNC = ("disk", "restart")  # disk: export + /update_weights_from_disk | restart: relaunch the server
+WEIGHT_SYNC = ("disk", "restart")  # disk: export + in-place /update_weights_from_disk | restart: relaunch the server
 DEVICES = ("", "cpu", "tpu", "gpu")
 
 

@@ -52,7 +52,9 @@ def make_engine(
         if config.launch:
             if not checkpoint:
                 raise ValueError("engine.launch=True needs engine.checkpoint, the model the server starts on")
-            server = SGLangServer(checkpoint, **config.server.kwargs()).start()  # type: ignore[arg-type]
+            # weight_sync='disk' on CPU/TPU starts sglang-jax with the in-place reload (sglang_jax_worker.py).
+            server = SGLangServer(checkpoint, weight_reload=weight_sync == "disk",
+                                  **config.server.kwargs()).start()  # type: ignore[arg-type]
             return SGLangEngine.for_server(server, weight_sync=weight_sync, owns_server=True, **common)
         urls = config.server_urls
         if not urls:
