@@ -66,7 +66,7 @@ def overlap_config(workdir: Path, **changes: Any):
             "rollout.group_size": 2, "rollout.groups_per_iteration": 2, "rollout.max_concurrent_groups": 2,
             "rollout.max_groups_per_iteration": 40, "rollout.task_sampling": "uniform", "agent.max_steps": 3,
             "env.contexts_per_browser": 4, "agent.max_context_tokens": 8192, "train.seq_len": 8192,
-            "engine.max_len": 8192, "checkpoint.async_save": False}
+            "engine.max_len": 8192, "checkpoint.async_save": False, "checkpoint.dir": str(workdir / "rl" / "checkpoints")}
     run = with_changes(parse_config(apply_variants(c)), **{**base, **changes})
     validate_config(run, 1)
     return run
@@ -187,7 +187,9 @@ def test_overlap_lag_versions_and_crash_resume(tmp_path):
     assert trained[0] and len(trained) == 4  # rounds 0, 1 (crashed), 1, 2
     assert max(lags) == 1 and min(lags) == 0
     assert all(r["metrics"]["rollout/policy_lag_max"] <= 1 for r in records)
-    assert records[1]["metrics"]["rollout/policy_lag_max"] == 1  # round 1's batch played while round 0 trained
+    # round 1 was collected again on the restored policy (its overlapped batch died with the crash); round 2
+    # played while round 1 trained
+    assert records[1]["metrics"]["rollout/policy_lag_max"] == 0 and records[2]["metrics"]["rollout/policy_lag_max"] == 1
 
 
 def test_lag_zero_drops_what_the_update_overtook(tmp_path):
@@ -223,7 +225,8 @@ def test_turn_versions_inside_one_episode(tmp_path):
         engine = LoggedScript(tok, ["idle", "idle"], version=5, bump_every_answer=True)
         env_cfg = run.browser_env()
         async with BrowserPool(run.env.pool_config(), env_cfg) as pool:
-            col = Collector(pool, engine, tok, env_cfg, run.agent, run.rollout, policy_version=lambda: 999)
+            col = Collector(pool, engine, tok, env_cfg, run.agent, run.rollout, policy_version=lambda: 999,
+                            policy_lag=lambda version: 0)
             groups, _ = await col.collect(iter([(suite.get_task("miniwob.click-test"), 0)]), num_groups=1)
         return groups[0], engine
 

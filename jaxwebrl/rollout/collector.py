@@ -170,14 +170,16 @@ class Collector:
         try:
             while running:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                fresh = []
                 for fut in done:
                     running.discard(fut)
-                refill()
-                for fut in done:
                     group = fut.result()
                     if self.policy_lag(group.policy_version) > self.rollout.max_policy_lag:
                         self.dropped_stale += 1
-                        continue
+                    else:
+                        fresh.append(group)
+                refill()  # after counting the stale ones: they do not use up a `collect` budget
+                for group in fresh:
                     yield group
         finally:
             for fut in running:
@@ -205,11 +207,22 @@ class Collector:
         max_groups: int | None = None,
         agent_for: Callable[[Task], AgentConfig] | None = None,
     ) -> tuple[list[Group], CollectStats]:
-        """Collect until `num_groups` groups pass `accept` (dynamic sampling) or `max_groups` were tried."""
+        """Collect until `num_groups` groups pass `accept` (dynamic sampling) or `max_groups` were tried
+        (groups dropped as stale are played again and do not count)."""
         stats, kept, t0 = CollectStats(), [], time.perf_counter()
         stale_before = self.dropped_stale
         limit = max_groups or num_groups * 4
-        stream = self.stream(itertools.islice(tasks, limit), agent_for)
+
+        def budget() -> Iterator[tuple[Task, int]]:
+            started = 0
+            while started < limit + self.dropped_stale - stale_before:
+                try:
+                    yield next(tasks)
+                except StopIteration:
+                    return
+                started += 1
+
+        stream = self.stream(budget(), agent_for)
         try:
             async for group in stream:
                 stats.groups += 1
