@@ -58,6 +58,8 @@ def test_cpu_bound_work_takes_its_cpu_time_in_either_mode():
         r = simulate(w, mode)
         assert r.wall_s == pytest.approx(8 * 4 * 1.0, rel=0.01)  # 8 episodes x (reset + 3 steps) x 1 CPU-second
         assert r.cpu_busy == pytest.approx(1.0, rel=0.01)
+    half = simulate(dataclasses.replace(w, cpus=0.5), "async")  # half a core (a loaded machine): twice as long
+    assert half.wall_s == pytest.approx(2 * 8 * 4 * 1.0, rel=0.01)
 
 
 def test_inference_holds_its_slots_and_queues_the_rest():

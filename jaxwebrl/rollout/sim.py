@@ -102,7 +102,10 @@ class Simulation:
         self.now = 0.0
         self.events: list[tuple[float, int, Process]] = []
         self.order = itertools.count()
-        self.cpu, self.gpu = _Pool(w.cpus), _Pool(w.gpu_slots)
+        # a fractional core count keeps its capacity: round(cpus) cores (at least one), each proportionally slower
+        self.cores = max(1, round(w.cpus))
+        self.cpu_scale = self.cores / w.cpus
+        self.cpu, self.gpu = _Pool(self.cores), _Pool(w.gpu_slots)
         self.steps = 0
 
     def latency(self) -> float:
@@ -121,10 +124,12 @@ class Simulation:
             return
         if kind == "wait":
             self._at(self.now + float(arg), proc)
-        elif kind in ("cpu", "gen"):
-            pool = self.cpu if kind == "cpu" else self.gpu
-            pool.queue.append((float(arg), proc))
-            self._serve(pool)
+        elif kind == "cpu":
+            self.cpu.queue.append((float(arg) * self.cpu_scale, proc))
+            self._serve(self.cpu)
+        elif kind == "gen":
+            self.gpu.queue.append((float(arg), proc))
+            self._serve(self.gpu)
         elif kind == "barrier":
             b: Barrier = arg  # type: ignore[assignment]
             b.waiting.append(proc)
@@ -216,5 +221,5 @@ def simulate(w: Workload, mode: str) -> Result:
         wall = sim.run([driver()])
     else:
         raise ValueError(f"mode {mode!r}: use 'async' or 'lockstep'")
-    return Result(mode, wall, len(lengths), sim.steps, sim.cpu.busy_area / (wall * w.cpus) if wall else 0.0,
+    return Result(mode, wall, len(lengths), sim.steps, sim.cpu.busy_area / (wall * sim.cores) if wall else 0.0,
                   sim.gpu.any_busy_s / wall if wall else 0.0)
