@@ -249,6 +249,10 @@ def _check_across_sections(run: RunConfig) -> None:
     if run.reward.source == "raw" and recipe.reward != "success":
         raise ConfigError(f"config.reward.source: 'raw' replaces a binary success reward, but recipe {run.recipe!r} "
                           f"scores episodes with {recipe.reward!r}; use reward.source='rule'")
+    if run.rl.overlap and run.loss.kind == "grpo" and run.train.old_logprobs == "recompute":
+        raise ConfigError("config.rl.overlap: trains on rollouts sampled one update earlier, whose importance ratios "
+                          "need the sampler's logprobs, but train.old_logprobs='recompute' scores them with the policy "
+                          "being trained; set train.old_logprobs='engine' or rl.overlap=False")
     if run.reward.uses_judge and run.data.kind != "online":
         raise ConfigError(f"config.reward.source: {run.reward.source!r} judges episodes as online rollouts end, but "
                           f"data.kind={run.data.kind!r} trains on files; use reward.source='rule' or data.kind='online'")

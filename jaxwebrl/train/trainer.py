@@ -14,6 +14,7 @@ writes a HuggingFace directory.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -156,7 +157,9 @@ class Trainer:
             if self.loss_cfg.kind == "grpo" and (self.config.train.old_logprobs == "recompute" or not has_old):
                 engine = dev["old_logprobs"]
                 dev["old_logprobs"] = self._score(self.params, dev)
-                if has_old:  # sampler-vs-trainer mismatch: |engine - trainer| logprob on trained tokens
+                if self.config.train.old_logprobs == "engine":  # recomputed only where the sampler's are NaN
+                    dev["old_logprobs"] = jnp.where(jnp.isnan(engine), dev["old_logprobs"], engine)
+                elif has_old:  # sampler-vs-trainer mismatch: |engine - trainer| logprob on trained tokens
                     m = dev["loss_mask"].astype(jnp.float32)
                     diff = (m * jnp.abs(engine - dev["old_logprobs"])).sum() / jnp.maximum(m.sum(), 1.0)
                     extra["logprob_mismatch"] = float(diff)
@@ -196,8 +199,14 @@ class Trainer:
         key = jax.random.fold_in(jax.random.wrap_key_data(jax.device_get(self.state["rng"])), self.step)
         seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
         rows = self.rows // jax.process_count()  # this host's rows of each global batch
-        host = pack_samples(samples, seq_len, rows, seed=seed, mode=self.config.data.mode) if samples else []
         has_old = all(s.has_old_logprobs for s in samples)
+        if not has_old and self.loss_cfg.kind == "grpo" and self.config.train.old_logprobs == "engine":
+            # A mixed batch (e.g. rollouts beside demonstrations): keep the sampler's logprobs where a sample has
+            # them (overlapped rollouts are off-policy: their ratio needs them) and mark the rest NaN, which
+            # `_prepare` fills with the pre-update policy's.
+            samples = [s if s.has_old_logprobs else dataclasses.replace(s, old_logprobs=np.full(len(s), np.nan, np.float32))
+                       for s in samples]
+        host = pack_samples(samples, seq_len, rows, seed=seed, mode=self.config.data.mode) if samples else []
         if multihost:  # every host must run the same steps on the same shapes (jaxwebrl.train.hosts)
             plan = agree_round(seq_len, len(host), has_old)
             host, seq_len, has_old = conform(host, plan, rows), plan.seq_len, not plan.recompute_old_logprobs
