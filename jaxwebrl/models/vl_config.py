@@ -8,7 +8,6 @@ rotary angles of the decoder are built from three position axes (temporal, heigh
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 from jaxwebrl.models.config import ModelConfig, UnsupportedModelError
@@ -22,12 +21,6 @@ _HF_NAME = {family: hf for hf, family in SUPPORTED_VL_ARCHITECTURES.items()}
 _TEXT_FAMILY = {"qwen3_vl": "qwen3", "qwen2_5_vl": "qwen2"}
 ACTIVATIONS = ("gelu_pytorch_tanh", "gelu", "silu", "quick_gelu")
 _NUMERICS = ("dtype", "param_dtype", "remat", "scan_layers", "attention", "attention_block")
-
-
-def _spec_leaves(tree: Any) -> list[Any]:
-    if isinstance(tree, dict):
-        return [leaf for v in tree.values() for leaf in _spec_leaves(v)]
-    return [tree]
 
 
 def _hashable(value: Any) -> Any:
@@ -157,13 +150,6 @@ class VLConfig:
     num_heads = property(lambda self: self.text.num_heads)
     num_kv_heads = property(lambda self: self.text.num_kv_heads)
     num_layers = property(lambda self: self.text.num_layers)
-
-    def num_params(self) -> int:
-        """Parameter count of both halves (the vision encoder counted from its param shapes)."""
-        from jaxwebrl.models.vision import param_specs
-
-        vision = sum(math.prod(s.shape) for s in _spec_leaves(param_specs(self.vision)))
-        return self.text.num_params() + vision
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per text token of the decoder (image patches add the encoder's, not counted)."""

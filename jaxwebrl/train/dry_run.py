@@ -8,11 +8,19 @@ import jax
 
 from jaxwebrl.data.vl_batch import patch_bucket
 from jaxwebrl.models.attention import check_attention_fits
+from jaxwebrl.models import vl
 from jaxwebrl.models.vl_config import VLConfig
 from jaxwebrl.models.vl_known_shapes import screenshot_grid
 from jaxwebrl.sharding import make_mesh
 from jaxwebrl.train.optim import make_optimizer
 from jaxwebrl.train.step import StepConfig, lower_train_step
+
+
+def num_params(cfg: Any) -> int:
+    """Parameter count (a VL model's from its abstract params: both towers)."""
+    if isinstance(cfg, VLConfig):
+        return sum(int(a.size) for a in jax.tree.leaves(vl.abstract_params(cfg)))
+    return cfg.num_params()
 
 
 def screenshot_patches(run: Any, cfg: VLConfig) -> tuple[int, int]:
@@ -44,7 +52,7 @@ def dry_run(run: Any, sizes: dict[str, int], compile: bool = True) -> dict[str, 
         vision = {"patches": n, "patches_bucket": bucket, "freeze_vision": run.train.freeze_vision}
     base = {
         "devices": len(jax.devices()), "device_kind": jax.devices()[0].device_kind, "mesh": dict(sizes),
-        "params": mc.num_params(), "layers": mc.num_layers, "attention": mc.attention, "batch": [A, mb, T],
+        "params": num_params(mc), "layers": mc.num_layers, "attention": mc.attention, "batch": [A, mb, T],
         "tokens_per_step": tokens, "model_flops_per_step": mc.flops_per_token(T) * tokens, **vision,
     }
     patches = vision.get("patches_bucket", 0)

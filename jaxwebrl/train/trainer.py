@@ -254,6 +254,10 @@ class Trainer:
         """One sample per row (shuffled), patches bucketed by the row with the most; rows past the samples are
         empty. Hosts agree on the shapes before any batch is built, so no batch is padded afterwards."""
         assert isinstance(self.model_cfg, VLConfig)
+        longest = max((len(s) for s in samples), default=0)
+        if longest > seq_len:  # text samples are cut; a VL row cannot be (its image placeholders must stay whole)
+            raise ValueError(f"config.train.seq_len: a vision-language sample of {longest} tokens exceeds it "
+                             f"({self.config.train.seq_len}); set agent.max_context_tokens <= train.seq_len")
         order = np.random.default_rng(seed).permutation(len(samples))
         patches = rows_patch_bucket(self.model_cfg, samples)
         n = -(-len(samples) // rows)
