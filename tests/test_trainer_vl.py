@@ -94,7 +94,7 @@ def test_trainer_vl_batches_equal_hand_built_and_buckets_compile_once(policy: di
     trainer = Trainer(_run_config(tmp_path), params=policy["params"], model_cfg=cfg, tokenizer_dir=policy["path"],
                       total_steps=10, checkpointing=False)
     small = _samples(policy, [[(64, 64)], [], [(96, 64)]], seed=0)  # <= 24 patches a row: bucket 64
-    big = _samples(policy, [[(64, 64), (128, 96)], [(96, 128)]], seed=1)  # 64 + 48 patches in a row: bucket 128
+    big = _samples(policy, [[(64, 64), (128, 96), (96, 128)], [(96, 128)]], seed=1)  # 16 + 48 + 48 in a row: bucket 128
 
     # the Trainer's batches are data.vl_batch's, row for row, in the Trainer's (seeded) order
     host, seq_len, has_old = trainer.round_batches(small, seed=7)
@@ -117,7 +117,7 @@ def test_trainer_vl_batches_equal_hand_built_and_buckets_compile_once(policy: di
         m_big = trainer.train_on_samples(big)
         second = count[0] - first
         trainer.train_on_samples(_samples(policy, [[(80, 64)], [(64, 96)]], seed=2))  # other images, bucket 64
-        trainer.train_on_samples(_samples(policy, [[(128, 128)], [(96, 96), (64, 64)]], seed=3))  # bucket 128
+        trainer.train_on_samples(_samples(policy, [[(128, 128), (64, 96)], [(96, 96)]], seed=3))  # 64 + 24: bucket 128
         again = count[0] - first - second
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)

@@ -174,26 +174,34 @@ async def collect_demonstrations(
 
     async def one(task: Any, seed: int) -> Demonstration:
         async with sem:
-            env = await pool.new_env(env_config)
-            try:
-                try:
-                    obs = await env.reset(task, seed)
-                except EnvError as exc:  # the page did not load: no demonstration from this seed, the rest go on
-                    return Demonstration(task.task_id, seed, "", [], False, f"reset failed: {exc}")
-                name = task.task_id.split(".", 1)[-1]
-                try:
-                    plan = solver(name, obs.goal, obs.elements)
-                except (LookupError, KeyError) as exc:
-                    return Demonstration(task.task_id, seed, obs.goal, [], False, f"no plan: {exc}")
-                steps, error = await play_plan(env, obs, plan, env_config, prompt_format)
-                await settled(env)
-                ev = await env.evaluate()
-                return Demonstration(task.task_id, seed, obs.goal, steps, bool(ev.success) and error is None and bool(steps),
-                                     error)
+            try:  # a browser that dies under an episode must not hang the whole collection
+                return await asyncio.wait_for(play(task, seed), env_config.episode_timeout_s)
+            except asyncio.TimeoutError:
+                return Demonstration(task.task_id, seed, "", [], False,
+                                     f"timeout: the episode took over {env_config.episode_timeout_s:.0f} s")
             finally:
-                await env.close()
                 if on_done is not None:
                     on_done()
+
+    async def play(task: Any, seed: int) -> Demonstration:
+        env = await pool.new_env(env_config)
+        try:
+            try:
+                obs = await env.reset(task, seed)
+            except EnvError as exc:  # the page did not load: no demonstration from this seed, the rest go on
+                return Demonstration(task.task_id, seed, "", [], False, f"reset failed: {exc}")
+            name = task.task_id.split(".", 1)[-1]
+            try:
+                plan = solver(name, obs.goal, obs.elements)
+            except (LookupError, KeyError) as exc:
+                return Demonstration(task.task_id, seed, obs.goal, [], False, f"no plan: {exc}")
+            steps, error = await play_plan(env, obs, plan, env_config, prompt_format)
+            await settled(env)
+            ev = await env.evaluate()
+            return Demonstration(task.task_id, seed, obs.goal, steps, bool(ev.success) and error is None and bool(steps),
+                                 error)
+        finally:
+            await env.close()
 
     found = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
     return [d for d in found if d.success or not only_successful]
