@@ -35,7 +35,7 @@ from jaxwebrl.models.vl_tiny import make_tiny_vl_checkpoint
 from jaxwebrl.train.trainer import Trainer
 from recipe_fixtures import ScriptedPolicy
 
-pytestmark = pytest.mark.timeout(1800)  # minutes on a loaded 2-core machine (compiles); see the report
+pytestmark = pytest.mark.timeout(5400)  # minutes on a loaded 2-core machine (compiles); see the report
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ position p + rope_delta on all three axes (`decode_inputs`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -54,8 +55,10 @@ def abstract_params(cfg: VLConfig) -> dict[str, Any]:
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), param_specs(cfg), is_leaf=_is_spec)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 2))
 def init_params(cfg: VLConfig, key: jax.Array, std: float = 0.02) -> Params:
-    """Random params (normal(0, std) matrices, unit norms, zero biases) in cfg.param_dtype."""
+    """Random params (normal(0, std) matrices, unit norms, zero biases) in cfg.param_dtype (one compiled
+    program, not one per parameter shape)."""
     flat, treedef = jax.tree.flatten(param_specs(cfg), is_leaf=_is_spec)
     keys = jax.random.split(key, len(flat))
     dtype = jnp.dtype(cfg.param_dtype)
