@@ -69,6 +69,7 @@ from jaxwebrl.models import vl
 from jaxwebrl.models.decoder import CACHE_AXES, hidden_states, lm_head
 from jaxwebrl.models.vl_config import VLConfig
 from jaxwebrl.models.vl_hf_io import load_vl_hf
+from jaxwebrl.models.vl_or_text import is_vl_checkpoint
 from jaxwebrl.sharding import tree_shardings
 
 
@@ -123,12 +124,6 @@ def patch_bucket(n: int, unit: int, min_bucket: int = 64) -> int:
     while b < n:
         b *= 2
     return -(-b // unit) * unit
-
-
-def is_vl_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """config.json names a vision-language model (Qwen3-VL / Qwen2.5-VL)."""
-    cfg = Path(path) / "config.json"
-    return cfg.exists() and "vision_config" in json.loads(cfg.read_text())
 
 
 def prefill_buckets(max_len: int, min_bucket: int = 16) -> tuple[int, ...]:

@@ -40,7 +40,7 @@ from jaxwebrl.data.records import Trajectory, read_trajectories
 from jaxwebrl.data.samples import Sample, build_samples
 from jaxwebrl.engines.factory import make_engine
 from jaxwebrl.judges.scoring import make_scorer
-from jaxwebrl.models import load_tokenizer
+from jaxwebrl.models.vl_or_text import load_tokenizer_or_processor
 from jaxwebrl.recipes.evaluate import EvalReport, evaluate
 from jaxwebrl.recipes.papers import get_recipe, run_samples
 from jaxwebrl.recipes.registry import accept_group, assign_rewards, episode_success
@@ -164,7 +164,7 @@ class OnlineRL:
         self.run, self.trainer = run, trainer
         self.engine_factory = engine_factory or make_engine
         self.recipe = get_recipe(run.recipe)
-        self.tokenizer = load_tokenizer(trainer.tokenizer_dir)
+        self.tokenizer = load_tokenizer_or_processor(trainer.tokenizer_dir)  # a VL policy's processor renders images
         self.env_cfg, self.agent_cfg = run.browser_env(), run.agent
         self.horizon = HorizonSchedule(default=run.agent.max_steps, per_difficulty=run.rollout.per_difficulty_steps(),
                                        schedule=run.rollout.schedule_steps())
