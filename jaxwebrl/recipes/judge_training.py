@@ -153,20 +153,26 @@ def examples(trajs: Sequence[Trajectory], tokenizer: Any, cfg: JudgeTrainingConf
 # ---- 3. fine-tune ------------------------------------------------------------------------------------
 
 
-def fine_tune(run: Any, cfg: JudgeTrainingConfig, train: Sequence[Example], work: Path) -> Any:
-    """SFT on the verdict tokens, class-balanced batches; returns the Trainer (params, export)."""
+def fine_tune(run: Any, cfg: Any, train: Sequence[Example], work: Path, *, name: str = "judge",
+              balanced: bool = True) -> Any:
+    """SFT on the answer tokens from `cfg.policy`'s weights; returns the Trainer (params, export). `balanced`:
+    each batch holds as many examples labelled True as False (the verifier); else batches are drawn uniformly
+    (the labeler). `cfg` has policy, seq_len, batch, lr, steps and seed (JudgeTrainingConfig,
+    LabelerTrainingConfig)."""
     from jaxwebrl.fields import with_changes
     from jaxwebrl.train.trainer import Trainer
 
     pos = [e for e in train if e.label]
     neg = [e for e in train if not e.label]
-    if not pos or not neg:
+    if balanced and (not pos or not neg):
         raise ValueError(f"the training episodes hold {len(pos)} successes and {len(neg)} failures; a verifier needs "
                          "both (raise train_seeds or samples_per_seed, or the temperature)")
+    if not train:
+        raise ValueError(f"no training example for the {name}: nothing fits seq_len={cfg.seq_len}, or nothing was collected")
     judge_run = with_changes(run, **{
-        "workdir": str(work / "judge"), "model.source": "hf", "model.path": cfg.policy, "loss.kind": "sft",
+        "workdir": str(work / name), "model.source": "hf", "model.path": cfg.policy, "loss.kind": "sft",
         "train.seq_len": cfg.seq_len, "train.micro_batch": max(1, cfg.batch // 2), "train.accum_steps": 1,
-        "train.epochs": 1, "optim.lr": cfg.lr, "log.dir": str(work / "judge" / "logs"),
+        "train.epochs": 1, "optim.lr": cfg.lr, "log.dir": str(work / name / "logs"),
     })
     trainer = Trainer(judge_run, total_steps=cfg.steps, checkpointing=False)
     rng = np.random.default_rng(cfg.seed)
@@ -174,17 +180,20 @@ def fine_tune(run: Any, cfg: JudgeTrainingConfig, train: Sequence[Example], work
 
     def sample(e: Example, i: int) -> Trajectory:
         return Trajectory(task_id=e.task_id, turns=[Turn(prompt_ids=e.prompt_ids, response_ids=e.target_ids)],
-                          group_id=f"judge/{i}", advantage=1.0)
+                          group_id=f"{name}/{i}", advantage=1.0)
 
     losses = []
     for step in range(cfg.steps):
-        picks = [pos[i] for i in rng.integers(0, len(pos), half)] + [neg[i] for i in rng.integers(0, len(neg), cfg.batch - half)]
+        if balanced:
+            picks = [pos[i] for i in rng.integers(0, len(pos), half)] + [neg[i] for i in rng.integers(0, len(neg), cfg.batch - half)]
+        else:
+            picks = [train[i] for i in rng.integers(0, len(train), cfg.batch)]
         samples = build_samples([sample(e, i) for i, e in enumerate(picks)], per="turn", norm="token_mean",
                                 max_len=cfg.seq_len)
         m = trainer.train_on_samples(samples, epochs=1)
         losses.append(m["loss"])
         if step % 20 == 0 or step == cfg.steps - 1:
-            trainer.log({"loss": m["loss"]}, prefix="judge")
+            trainer.log({"loss": m["loss"]}, prefix=name)
     trainer.loss_history = losses  # type: ignore[attr-defined]
     return trainer
 
