@@ -122,3 +122,64 @@ def test_verifier_judge_scores_every_episode_with_the_training_prompt() -> None:
     expected = EngineBackend(engine, tok).prompt_ids(judge_messages(page_ended, JudgeTrainingConfig(), "bid"))
     assert engine.prompts[0] == expected
     assert "[3] button 'ok' pressed" in tok.decode(engine.prompts[0])
+
+
+# ---- issue 21 item 5: the judge against the rule on the rollouts RL produced ---------------------------------
+
+
+def _rollout(iteration: int, rule: bool, judge: bool | None, task: str = "miniwob.click-test", error: bool = False):
+    from jaxwebrl.data.records import Trajectory, Turn
+
+    meta = {"iteration": iteration, "success": rule, "group_kept": True, "episode_id": f"e{iteration}{rule}{judge}"}
+    if judge is not None:
+        meta["judged_success"] = judge
+        meta["judge"] = {"error": "judge_error" if error else None}
+    return Trajectory(task, [Turn([1], [2])], termination="judge_error" if error else "done", metadata=meta)
+
+
+def test_judge_vs_rule_agreement_per_iteration_counts_false_positives_by_hand() -> None:
+    from jaxwebrl.recipes.judge_loop import agreement_section, by_iteration, by_task, early_late_test, judged_rollouts
+
+    # iteration 0: (rule, judge) = (T,T) (F,F) (F,F) (T,F); iteration 1: (F,T) (F,T) (T,T) (F,F); plus one judge
+    # error and one episode never judged (neither counts)
+    pairs = {0: [(True, True), (False, False), (False, False), (True, False)],
+             1: [(False, True), (False, True), (True, True), (False, False)]}
+    trajs = [_rollout(i, r, j, task="miniwob.click-dialog" if i == 1 and r is False and j else "miniwob.click-test")
+             for i, ps in pairs.items() for r, j in ps]
+    trajs += [_rollout(1, True, False, error=True), _rollout(1, False, None)]
+    rows, undecided = judged_rollouts(trajs)
+    assert len(rows) == 8 and undecided == 2
+    it0, it1, total = by_iteration(rows)
+    assert (it0.episodes, it0.agree, it0.false_pos, it0.false_neg, it0.rule_failures) == (4, 3, 0, 1, 2)
+    assert (it1.episodes, it1.agree, it1.false_pos, it1.false_neg, it1.rule_failures) == (4, 2, 2, 0, 3)
+    assert it1.false_positive_rate == pytest.approx(2 / 3) and it1.precision == pytest.approx(1 / 3)
+    assert (total.episodes, total.agree, total.false_pos) == (8, 5, 2) and total.label == "all"
+    dialog = [r for r in by_task(rows) if r.label == "click-dialog"][0]
+    assert (dialog.episodes, dialog.false_pos) == (2, 2)
+    early, late, p = early_late_test(rows)
+    assert (early.false_pos, early.rule_failures, late.false_pos, late.rule_failures) == (0, 2, 2, 3)
+    # Fisher exact on [[0, 2], [2, 1]], by hand: the top-left count is hypergeometric (N 5, 2 drawn, 2 marked):
+    # P(0) = 3/10, P(1) = 6/10, P(2) = 1/10; two-sided = the tables no more likely than the observed: 0.3 + 0.1
+    assert p == pytest.approx(0.4)
+    text = agreement_section("RL judge", trajs, bucket=1)
+    assert "| 1 | 4 | 25% | 75% | 50%" in text and "8 rollouts judged (2 without a verdict" in text
+
+
+def test_labeler_measures_exact_template_and_arguments_by_hand() -> None:
+    from jaxwebrl.recipes.labeler_training import LabeledEpisode, Templates, label_scores, majority_labels, nearest_labels
+
+    train = {"click-button": ['Click on the "ok" button.', 'Click on the "Cancel" button.', 'Click on the "no" button.'],
+             "focus-text": ["Focus into the textbox."] * 2}
+    t = Templates.fit(train)
+    assert t.template('Click on the "yes" button.') == "click on _ button" and t.arguments('Click on the "yes" button.') == {"yes"}
+    assert t.template("Focus into the textbox.") == "focus into textbox" and t.arguments("Focus into the textbox.") == set()
+    truth = ['Click on the "yes" button.', 'Click on the "yes" button.', 'Click on the "yes" button.', "Focus into the textbox."]
+    pred = ['click on the "Yes" button', 'Click on the "no" button.', "Focus into the textbox.", None]
+    s = label_scores(pred, truth, t)
+    assert s == {"exact match": [True, False, False, False], "same task template": [True, True, False, False],
+                 "same template and arguments": [True, False, False, False]}
+    eps = [LabeledEpisode(f"miniwob.{k}", i, "train", u, [f"Clicked button '{u[14:16]}'." if "button" in u else "Focused textbox ''."])
+           for k, us in train.items() for i, u in enumerate(us)]
+    assert majority_labels(eps, 2) == ["Focus into the textbox."] * 2  # the most frequent training utterance
+    held = [LabeledEpisode("miniwob.focus-text", 9, "heldout", "Focus into the textbox.", ["Focused textbox ''."])]
+    assert nearest_labels(eps, held) == ["Focus into the textbox."]
