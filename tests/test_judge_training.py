@@ -183,3 +183,50 @@ def test_labeler_measures_exact_template_and_arguments_by_hand() -> None:
     assert majority_labels(eps, 2) == ["Focus into the textbox."] * 2  # the most frequent training utterance
     held = [LabeledEpisode("miniwob.focus-text", 9, "heldout", "Focus into the textbox.", ["Focused textbox ''."])]
     assert nearest_labels(eps, held) == ["Focus into the textbox."]
+
+
+def test_labeler_training_quick_trains_labels_through_the_engine_and_writes_its_report(tmp_path) -> None:
+    """configs/labeler_local.py's quick variant end to end on a tiny random policy (~1 min): the scripted solvers
+    play in real Chromium, the rule summarises, the model is fine-tuned (its loss falls), exported, and labels
+    the held-out episodes through the JaxEngine and NNetNav's labeler prompt; the report compares it with the
+    two baselines. A model this small and this briefly trained is not expected to beat them."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    from agent_fixtures import tiny_policy
+    from jaxwebrl.recipes.labeler_training import train_labeler
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("labeler_local", root / "configs" / "labeler_local.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.path.insert(0, str(root / "scripts"))
+    from train_judge import parse
+
+    tiny_policy(tmp_path / "policy")
+    c = module.get_config()
+    c.quick = True
+    c.policy, c.workdir = str(tmp_path / "policy"), str(tmp_path / "labeler")
+    c.train_seeds, c.heldout_seeds, c.steps, c.batch, c.seq_len, c.lr = 3, 2, 12, 4, 2048, 3e-3
+    c.policy_run.env.contexts_per_browser = 2
+    explicit = {"policy", "workdir", "train_seeds", "heldout_seeds", "steps", "batch", "seq_len", "lr",
+                "policy_run.env.contexts_per_browser"}
+    run, cfg = parse(c, explicit)
+    assert type(cfg).__name__ == "LabelerTrainingConfig" and run.tasks.train == "click-button,focus-text"
+    summary = train_labeler(run, cfg)
+    work = tmp_path / "labeler"
+    episodes = [json.loads(line) for line in (work / "labeler_episodes.jsonl").read_text().splitlines()]
+    assert {e["split"] for e in episodes} == {"train", "heldout"} and len(episodes) >= 8  # it played (10 planned)
+    focus = next(e for e in episodes if e["task_id"] == "miniwob.focus-text")
+    assert focus["goal"] == "Focus into the textbox." and focus["summaries"][0].startswith("Focused textbox")
+    losses = summary["loss"]
+    assert len(losses) == 12 and sum(losses[-3:]) < sum(losses[:3]), losses
+    assert (work / "labeler_hf" / "config.json").exists()
+    labels = [json.loads(line) for line in (work / "labels.jsonl").read_text().splitlines()]
+    assert len(labels) == summary["heldout_episodes"] >= 3 and all("truth" in x for x in labels)
+    report = (work / "report.md").read_text()
+    assert "| exact match |" in report and "trained labeler - most frequent training utterance" in report
+    assert set(summary["rates"]) == {"most frequent training utterance", "nearest training episode's utterance",
+                                     "trained labeler"}

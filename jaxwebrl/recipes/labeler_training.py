@@ -38,6 +38,7 @@ from jaxwebrl.judges.parsing import normalize_answer
 from jaxwebrl.recipes.evaluate import EvalReport, paired_difference, wilson_interval
 
 EPISODES_FILE = "labeler_episodes.jsonl"
+RESET_ATTEMPTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +91,9 @@ class _RecordingEnv:
         return res
 
 
-async def collect(run: Any, cfg: LabelerTrainingConfig) -> list[LabeledEpisode]:
-    """The scripted solvers on the demonstrated tasks' train and test seeds; successful episodes, summarised."""
+async def collect(run: Any, cfg: LabelerTrainingConfig) -> tuple[list[LabeledEpisode], dict[str, int]]:
+    """The scripted solvers on the demonstrated tasks' train and test seeds: the successful episodes, summarised,
+    and why the others were left out (counts by reason)."""
     from jaxwebrl.browser.env import EnvError
     from jaxwebrl.browser.pool import BrowserPool
     from jaxwebrl.recipes.demos import play_plan, settled
@@ -115,23 +117,28 @@ async def collect(run: Any, cfg: LabelerTrainingConfig) -> list[LabeledEpisode]:
         async with BrowserPool(run.env.pool_config(), env_cfg) as pool:
             sem = asyncio.Semaphore(pool.config.capacity)
 
-            async def one(task: Any, seed: int, split: str) -> LabeledEpisode | None:
+            async def one(task: Any, seed: int, split: str) -> LabeledEpisode | str:
                 async with sem:
                     env = _RecordingEnv(await pool.new_env(env_cfg))
                     try:
-                        try:
-                            obs = await env.reset(task, seed)
-                        except EnvError:
-                            return None
+                        for attempt in range(RESET_ATTEMPTS):  # a loaded machine times page loads out now and then
+                            try:
+                                obs = await env.reset(task, seed)
+                                break
+                            except EnvError:
+                                if attempt == RESET_ATTEMPTS - 1:
+                                    return "page did not load"
+                                await asyncio.sleep(1.0 + attempt)
                         try:
                             steps = solvers.plan(task.task_id.split(".", 1)[-1], obs.goal, obs.elements)
                         except (LookupError, KeyError):
-                            return None
+                            return "no plan"
                         records, error = await play_plan(env, obs, steps, env_cfg, run.agent.prompt_format)
                         await settled(env)
-                        ok = error is None and records and (await env.evaluate()).success
-                        if not ok or len(env.after) != len(records):
-                            return None
+                        if error is not None or not records:
+                            return "plan failed"
+                        if not (await env.evaluate()).success:
+                            return "not solved"
                         pages = [r.observation.text for r in records] + [env.after[-1]]
                         return LabeledEpisode(task.task_id, seed, split, obs.goal,
                                               summarizer.summaries(pages, [r.action for r in records]))
@@ -139,7 +146,8 @@ async def collect(run: Any, cfg: LabelerTrainingConfig) -> list[LabeledEpisode]:
                         await env.close()
 
             found = await asyncio.gather(*(one(t, s, split) for t, s, split in plan))
-        return [e for e in found if e is not None]
+        left_out = collections.Counter(f for f in found if isinstance(f, str))
+        return [e for e in found if isinstance(e, LabeledEpisode)], dict(left_out)
     finally:
         suite.stop()
 
@@ -318,17 +326,18 @@ def train_labeler(run: Any, cfg: LabelerTrainingConfig) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     episodes_file = work / EPISODES_FILE
+    left_out: dict[str, int] = {}
     if episodes_file.exists():  # a rerun reuses the collected episodes
         episodes = [LabeledEpisode(**json.loads(line)) for line in episodes_file.read_text().splitlines() if line]
     else:
-        episodes = asyncio.run(collect(run, cfg))
+        episodes, left_out = asyncio.run(collect(run, cfg))
         episodes_file.write_text("".join(json.dumps(dataclasses.asdict(e)) + "\n" for e in episodes))
     t1 = time.perf_counter()
     train = [e for e in episodes if e.split == "train"]
     held = [e for e in episodes if e.split == "heldout"]
     if not train or not held:
-        raise ValueError(f"{len(train)} training and {len(held)} held-out episodes were collected; the labeler "
-                         "needs both (check tasks.train has tasks with scripted solvers)")
+        raise ValueError(f"{len(train)} training and {len(held)} held-out episodes were collected (left out: "
+                         f"{left_out}); the labeler needs both (check tasks.train has tasks with scripted solvers)")
     tok = load_tokenizer(cfg.policy)
     space = run.env.action_space
     data, dropped = examples(train, tok, cfg, space)
@@ -354,7 +363,7 @@ def train_labeler(run: Any, cfg: LabelerTrainingConfig) -> dict[str, Any]:
     meta = {"policy": cfg.policy, "tasks": ", ".join(sorted({e.task_id.split(".", 1)[-1] for e in episodes})),
             "train_episodes": len(data), "dropped": dropped, "train_seeds": cfg.train_seeds,
             "heldout_seeds": cfg.heldout_seeds, "steps": cfg.steps, "batch": cfg.batch, "lr": cfg.lr,
-            "collect_s": t1 - t0, "train_s": t2 - t1, "eval_s": t3 - t2}
+            "collect_s": t1 - t0, "train_s": t2 - t1, "eval_s": t3 - t2, "left_out": left_out}
     (work / "report.md").write_text(report_md(scores, held, meta))
     summary = {"meta": meta, "loss": losses, "heldout_episodes": len(held),
                "rates": {n: {m: float(np.mean(v)) for m, v in s.items()} for n, s in scores.items()},
