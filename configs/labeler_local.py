@@ -12,19 +12,11 @@ browser and agent settings. Every other field is `jaxwebrl.recipes.labeler_train
 """
 
 import dataclasses
-import importlib.util
-import os
 
 import ml_collections
 
+from jaxwebrl.recipes.config_files import sibling_config
 from jaxwebrl.recipes.labeler_training import LabelerTrainingConfig
-
-
-def _main_job_config():
-    spec = importlib.util.spec_from_file_location("grpo_local", os.path.join(os.path.dirname(__file__), "grpo_local.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def get_config():
@@ -33,7 +25,7 @@ def get_config():
     c.kind = "labeler"
     c.policy = "runs/grpo_local/bc/hf"
     c.workdir = "runs/labeler_local"
-    c.policy_run = _main_job_config()
+    c.policy_run = sibling_config(__file__, "grpo_local")
     c.quick = False
     # the smoke variant: two demonstrated tasks, a few instances and steps
     c.quick_overrides = ml_collections.ConfigDict({

@@ -18,31 +18,15 @@ the same steps and seed) and a greedy evaluation on held-out seeds (scripts/comp
 has the commands and the result.
 """
 
-import importlib.util
-import os
-
-
-def _explore_config():
-    spec = importlib.util.spec_from_file_location("nnetnav_explore",
-                                                  os.path.join(os.path.dirname(__file__), "nnetnav_explore.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
-
-
-def _main_job_tasks():
-    spec = importlib.util.spec_from_file_location("grpo_local", os.path.join(os.path.dirname(__file__), "grpo_local.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.TASKS
+from jaxwebrl.recipes.config_files import sibling_config, sibling_module
 
 
 def get_config():
-    c = _explore_config()
+    c = sibling_config(__file__, "nnetnav_explore")
     c.local = True
     lo = c.local_overrides
     lo.workdir = "runs/nnetnav_trained_judges"
-    lo.tasks.train = _main_job_tasks()
+    lo.tasks.train = sibling_module(__file__, "grpo_local").TASKS
     lo.env.text_budget_chars = 1200  # the main job's observation settings (the BC policy reads these)
     lo.env.contexts_per_browser = 8
     lo.agent.max_steps = 6
