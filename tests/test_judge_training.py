@@ -230,3 +230,32 @@ def test_labeler_training_quick_trains_labels_through_the_engine_and_writes_its_
     assert "| exact match |" in report and "trained labeler - most frequent training utterance" in report
     assert set(summary["rates"]) == {"most frequent training utterance", "nearest training episode's utterance",
                                      "trained labeler"}
+
+
+def test_the_judge_offline_decides_each_rollout_from_its_verdict_token(tmp_path) -> None:
+    """`judge_rollouts` (the control: the judge on rollouts it never rewarded) renders each rollout with the
+    verifier's training prompt and decides SUCCESS when P(SUCCESS) >= 0.5 over the two verdict tokens (what
+    greedy decoding writes); a rollout too long for the judge is left out; `offline_matches_online` counts
+    the run's own verdicts the offline decision reproduces."""
+    from jaxwebrl.models import load_hf, load_tokenizer
+    from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+    from jaxwebrl.recipes.judge_loop import judge_rollouts, offline_matches_online
+    from jaxwebrl.recipes.judge_training import Example, JudgeTrainingConfig, judge_messages, verdict_scores
+    from jaxwebrl.judges.backends import render_prompt_ids
+    from judge_fixtures import CORPUS, trajectory
+
+    make_tiny_checkpoint(tmp_path, tiny_config("qwen3"), seed=3, std=0.5, corpus=CORPUS)
+    tok = load_tokenizer(tmp_path)
+    trajs = [trajectory(["click('12')"] * n, goal=f"Click on button {n}", task_id="miniwob.click-button",
+                        success=n % 2 == 0, episode_id=f"e{n}", judged_success=n == 1) for n in (1, 2, 3)]
+    trajs.append(trajectory(["click('12')"] * 150, episode_id="long", success=False))  # over seq_len
+    judged, scores = judge_rollouts(str(tmp_path), trajs, "bid", batch=2, seq_len=1024)
+    assert [t.metadata["episode_id"] for t in judged] == ["e1", "e2", "e3"] and len(scores) == 3
+    cfg, params = load_hf(tmp_path)
+    ids = [render_prompt_ids(tok, judge_messages(t, JudgeTrainingConfig(), "bid")) for t in trajs[:3]]
+    expected = verdict_scores(cfg, params, [Example(i, [], True, "t", 0) for i in ids], tok, batch=1)
+    assert np.allclose(scores, expected, atol=1e-5) and len(set(np.round(scores, 6))) == 3
+    assert [t.metadata["judged_success"] for t in judged] == [bool(s >= 0.5) for s in scores]
+    assert all(t.metadata["success"] == o.metadata["success"] for t, o in zip(judged, trajs))  # the rule's kept
+    same, n = offline_matches_online(trajs[:1], judged)
+    assert n == 1 and same == int(scores[0] >= 0.5)
