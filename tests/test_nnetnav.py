@@ -587,6 +587,8 @@ def test_page_diff_summary_names_the_element_and_the_lines_that_changed():
         "Clicked button 'Submit'. The page now shows: button 'Submit' focused: True; StaticText 'Done'. "
         "It no longer shows: button 'Submit'; StaticText 'hello'.")
     assert describe_action("fill('14', 'abc')", before) == "typed 'abc' into textbox ''"
+    boxes = "\t[3] checkbox 'k4' required: False checked: False"  # named by role and name, not its properties
+    assert describe_action("click('3')", boxes) == "clicked checkbox 'k4'"
     assert describe_action("click('99')", before) == "clicked element not on the page"
     assert describe_action("I think I will click", before) == "wrote no valid action"
     assert page_change(before, before) == "The page did not change."

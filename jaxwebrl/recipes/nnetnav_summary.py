@@ -9,7 +9,7 @@ out) and the page lines that appeared or disappeared. The labeler trained here
 was trained on.
 
     PageDiffSummarizer("bid").summary(before_text, "click('12')", after_text)
-    -> "State change: clicked button 'Submit'. The page now shows: StaticText 'Done'."
+    -> "Clicked button 'Submit'. The page now shows: StaticText 'Done'."
 """
 
 from __future__ import annotations
@@ -21,17 +21,20 @@ from jaxwebrl.data.records import Trajectory
 from jaxwebrl.judges.base import Verdict
 
 _ID_LINE = re.compile(r"^\s*\[([^\]]+)\]\s+(\S+)\s?(.*)$")
+_NAME = re.compile(r"""^('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")  # the element's quoted name, before its properties
 VERBS = {"click": "clicked", "dblclick": "double-clicked", "hover": "hovered over", "focus": "focused",
          "clear": "cleared", "check": "checked", "uncheck": "unchecked"}
 
 
 def _elements(page: str) -> dict[str, tuple[str, str]]:
-    """id -> (role, rest of its line) for every line of an axtree page."""
+    """id -> (role, quoted name) for every line of an axtree page (its properties, e.g. `checked: False`, left
+    out: the page change shows what an action changed in them)."""
     out = {}
     for line in page.splitlines():
         m = _ID_LINE.match(line)
         if m:
-            out[m.group(1)] = (m.group(2), m.group(3).strip())
+            name = _NAME.match(m.group(3).strip())
+            out[m.group(1)] = (m.group(2), name.group(1) if name else m.group(3).strip())
     return out
 
 
