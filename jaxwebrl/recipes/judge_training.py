@@ -78,8 +78,9 @@ class Example:
 # ---- 1. collect --------------------------------------------------------------------------------------
 
 
-async def collect(run: Any, cfg: JudgeTrainingConfig) -> list[Trajectory]:
-    """The BC policy at `temperature` on train and held-out seeds; `metadata['split']` says which."""
+async def collect(run: Any, cfg: JudgeTrainingConfig, only: set[tuple[str, int]] | None = None) -> list[Trajectory]:
+    """The BC policy at `temperature` on train and held-out seeds; `metadata['split']` says which. `only`: play
+    just these (task id, seed) instances (a rerun replaying those whose page did not load)."""
     from jaxwebrl.browser.pool import BrowserPool
     from jaxwebrl.engines.jax_engine import JaxEngine
     from jaxwebrl.models import load_tokenizer
@@ -94,6 +95,8 @@ async def collect(run: Any, cfg: JudgeTrainingConfig) -> list[Trajectory]:
         first = run.bc.demonstration_seeds
         plan = [(t, s, "train") for s in suite.seeds("train", cfg.train_seeds, start=first) for t in tasks]
         plan += [(t, s, "heldout") for s in suite.seeds("test", cfg.heldout_seeds) for t in tasks]
+        if only is not None:
+            plan = [(t, s, name) for t, s, name in plan if (t.task_id, s) in only]
         split = {(t.task_id, s): name for t, s, name in plan}
         tok = load_tokenizer(cfg.policy)
         engine = JaxEngine.from_checkpoint(cfg.policy, num_slots=run.engine.num_slots, max_len=run.engine.max_len,
@@ -291,7 +294,8 @@ def report_md(results: dict[str, Agreement], meta: dict[str, Any]) -> str:
         f"Training episodes: {meta['train_episodes']} ({meta['train_positives']} successes), train seeds "
         f"{meta['train_seeds']}; held-out episodes: {meta['heldout_episodes']} ({meta['heldout_positives']} "
         f"successes), test seeds {meta['heldout_seeds']} (never in training). Episodes longer than the judge's "
-        f"context: {meta['dropped']} dropped.",
+        f"context: {meta['dropped']} dropped; episodes whose page did not load (env_error, played again once): "
+        f"{meta.get('env_errors', 0)} left out.",
         f"Judge: the BC policy's weights fine-tuned {meta['steps']} steps (batch {meta['batch']}, lr {meta['lr']}) "
         f"to write SUCCESS / NOT SUCCESS on class-balanced batches; score = P(first verdict token), moved to the "
         f"training episodes' success rate {meta['train_positives'] / max(1, meta['train_episodes']):.2f} "
@@ -325,11 +329,19 @@ def train_judge(run: Any, cfg: JudgeTrainingConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     episodes_file = work / EPISODES_FILE
     reused = episodes_file.exists()
-    if reused:  # a rerun reuses the collected episodes
+    if reused:  # a rerun reuses the collected episodes and plays again the instances whose page did not load
         trajs = read_trajectories(str(episodes_file))
+        lost = {(t.task_id, int(t.metadata.get("seed", -1))) for t in trajs if t.termination == "env_error"}
+        if lost:
+            trajs = [t for t in trajs if (t.task_id, int(t.metadata.get("seed", -1))) not in lost]
+            trajs += asyncio.run(collect(run, cfg, only=lost))
+            write_jsonl(str(episodes_file), trajs)
     else:
         trajs = asyncio.run(collect(run, cfg))
         write_jsonl(str(episodes_file), trajs)
+    # an episode whose browser failed (env_error: the page did not load) shows the judge nothing to judge
+    env_errors = sum(t.termination == "env_error" for t in trajs)
+    trajs = [t for t in trajs if t.termination != "env_error"]
     t1 = time.perf_counter()
     tok = load_tokenizer(cfg.policy)
     space = run.env.action_space
@@ -357,7 +369,8 @@ def train_judge(run: Any, cfg: JudgeTrainingConfig) -> dict[str, Any]:
     meta = {"policy": cfg.policy, "temperature": cfg.temperature, "tasks": ", ".join(tasks),
             "train_episodes": len(train), "train_positives": sum(e.label for e in train),
             "heldout_episodes": len(held), "heldout_positives": sum(labels), "train_seeds": cfg.train_seeds,
-            "heldout_seeds": cfg.heldout_seeds, "dropped": d1 + d2, "steps": cfg.steps, "batch": cfg.batch,
+            "heldout_seeds": cfg.heldout_seeds, "dropped": d1 + d2, "env_errors": env_errors, "steps": cfg.steps,
+            "batch": cfg.batch,
             "lr": cfg.lr, "collect_s": t1 - t0, "train_s": t2 - t1, "eval_s": t3 - t2}
     meta["export_check"], meta["reused"] = export_check, reused
     (work / "report.md").write_text(report_md(results, meta))
