@@ -20,9 +20,9 @@ def _load(name):
     return mod.get_config()
 
 
-# judge_local is a judge-training config (scripts/train_judge.py; its own fields plus the main job's run config
+# judge_local and labeler_local are judge-training configs (scripts/train_judge.py; their own fields plus the main job's run config
 # as `policy_run`), checked by tests/test_judge_training.py; every other config is a run config.
-NOT_RUN_CONFIGS = {"judge_local"}
+NOT_RUN_CONFIGS = {"judge_local", "labeler_local"}
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem not in NOT_RUN_CONFIGS))
