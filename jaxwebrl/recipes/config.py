@@ -22,9 +22,15 @@ from jaxwebrl.judges.reward import JUDGED_SOURCES, REWARD_SOURCES
 class RewardConfig:
     source: str = "rule"  # rule | raw | judge | rule_or_judge (module doc)
     judge: JudgeConfig = dataclasses.field(default_factory=JudgeConfig)  # used when source calls a judge
+    # A positive reward times step_discount ** (turns - 1): a success after wasted steps is worth less than one
+    # at once (1 = off, the papers' binary success).
+    step_discount: float = 1.0
 
     def __post_init__(self) -> None:
         one_of("source", self.source, REWARD_SOURCES)
+        if not 0.0 < self.step_discount <= 1.0:
+            raise FieldError("step_discount", f"{self.step_discount} is not in (0, 1]",
+                             "use 1 (no discount) or e.g. 0.5 (each extra step halves a success's reward)")
         if self.source not in JUDGED_SOURCES:
             return
         if self.judge.kind not in REWARD_JUDGE_KINDS:

@@ -264,9 +264,9 @@ class OnlineRL:
 
         def accept(group: Group) -> bool:  # every finished group informs the task sampler, kept or not
             self.sampler.record(group.task_id, [episode_success(t) for t in group.trajectories if not is_env_error(t)])
-            assign_rewards(self.recipe, group.trajectories, run.reward.source)
+            assign_rewards(self.recipe, group.trajectories, run.reward.source, run.reward.step_discount)
             kept = accept_group(self.recipe, group.trajectories, dynamic_sampling=run.train.dynamic_sampling,
-                                reward_source=run.reward.source)
+                                reward_source=run.reward.source, step_discount=run.reward.step_discount)
             finished.extend(dataclasses.replace(t, metadata={**t.metadata, "iteration": it, "group_kept": kept})
                             for t in group.trajectories)
             return kept
