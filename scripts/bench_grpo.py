@@ -1,18 +1,26 @@
 """GRPO train-step throughput: jaxwebrl's compiled step vs Tunix's GRPO learner step, same model and batch.
 
   python scripts/bench_grpo.py                       # both sides, prints both and the ratio
-  python scripts/bench_grpo.py --side=ours|tunix|torch
+  python scripts/bench_grpo.py --side=ours|tunix|torch   # one side alone
 
 Tunix needs its own dependencies (tensorflow-datasets, qwix, ...), so it lives in a separate virtual
-environment with the same jax/flax versions (see BUILD.md):
-  python3 -m venv /work/venv-tunix && /work/venv-tunix/bin/pip install jax==0.10.2 flax==0.12.8 \
-      optax==0.2.8 orbax-checkpoint==0.12.8 google-tunix
-and this script runs its Tunix side there (--tunix_python). If that interpreter or Tunix is missing, the
-comparison falls back to a PyTorch/transformers implementation of the same loss (--side=torch).
+environment of this checkout with the same jax/flax versions, made by
+  bash scripts/setup_tunix_env.sh          # -> <repo>/.venv-tunix (git-ignored)
+and this script runs its Tunix side there (--tunix_python, or TUNIX_PYTHON). If that interpreter or Tunix
+is missing, it says how to make it and compares against a PyTorch/transformers implementation of the same
+loss instead (--side=torch).
 
 Both sides: a tiny Qwen3 (same shapes), B sequences of prompt P + completion C tokens, token-mean GRPO loss
 with clip 0.2, KL (k3) to precomputed reference logprobs with beta 0.04, AdamW; one optimizer step per
-call. Timing excludes compilation (warmup steps) and blocks on the result.
+call. Ours runs with the model settings of the main job's recipe for this model size
+(`jaxwebrl/recipes/local.py`: layers unrolled, no remat, fp32, `xla` attention; `--scan_layers` measures the
+scanned-layers setting that the large-model configs use). Tunix runs as its GRPO learner wires its
+trainer, layers unrolled as its Qwen3 always does.
+
+Timing excludes compilation (warm-up steps) and blocks on the result. Both sides are set up first (Tunix
+in a worker process of its venv), then take turns: `--rounds` rounds of `--steps` steps each, the order
+reversed every round, so load from other jobs hits both alike (scripts/bench_interleave.py). Printed:
+the median step time of each side and the median over rounds of the per-round ratio.
 """
 
 from __future__ import annotations
@@ -20,15 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import statistics
 import sys
-import time
+from typing import Callable
 
 import numpy as np
+
+from bench_interleave import Worker, alternate, serve, summary, timed
 
 SHAPE = dict(vocab_size=1024, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2,
              head_dim=32, rope_theta=1e6, rms_norm_eps=1e-6)
 BETA, EPS, LR = 0.04, 0.2, 1e-5
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TUNIX_PYTHON = os.path.join(REPO, ".venv-tunix", "bin", "python")  # made by scripts/setup_tunix_env.sh
 
 
 def make_batch(B: int, P: int, C: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -42,19 +54,16 @@ def make_batch(B: int, P: int, C: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def _timeit(step, n_warmup: int, n: int) -> float:
-    for _ in range(n_warmup):
+def _warm(step: Callable[[], None], n_warmup: int) -> Callable[[], None]:
+    for _ in range(max(n_warmup, 1)):  # the first call compiles
         step()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step()
-    return (time.perf_counter() - t0) / n
+    return step
 
 
 # ---- ours ----------------------------------------------------------------------------------------
 
 
-def bench_ours(B: int, P: int, C: int, warmup: int, n: int) -> dict[str, float]:
+def setup_ours(B: int, P: int, C: int, warmup: int, scan_layers: bool = False) -> Callable[[], None]:
     import jax
 
     from jaxwebrl.models import ModelConfig, init_params
@@ -63,7 +72,7 @@ def bench_ours(B: int, P: int, C: int, warmup: int, n: int) -> dict[str, float]:
     from jaxwebrl.train.step import StepConfig, init_state, make_train_step
     from jaxwebrl.train.optim import OptimConfig, make_optimizer
 
-    mc = ModelConfig(architecture="qwen3", qk_norm=True, **SHAPE)
+    mc = ModelConfig(architecture="qwen3", qk_norm=True, scan_layers=scan_layers, remat=False, **SHAPE)
     mesh = make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
     cfg = StepConfig(mc, LossConfig(kind="grpo", eps_low=EPS, eps_high=EPS, beta=BETA, kl_estimator="k3"))
     optim = OptimConfig(lr=LR, schedule="constant", b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.1, max_grad_norm=1.0)
@@ -84,18 +93,18 @@ def bench_ours(B: int, P: int, C: int, warmup: int, n: int) -> dict[str, float]:
     with jax.set_mesh(mesh):
         state = {"s": init_state(init_params(mc, jax.random.key(0)), tx, mesh, mc)}
 
-        def one() -> None:
+    def one() -> None:
+        with jax.set_mesh(mesh):  # the step was traced under this mesh: the same context hits its cache
             state["s"], m = step(state["s"], batch)
-            jax.block_until_ready(m["loss"])
+        jax.block_until_ready(m["loss"])
 
-        dt = _timeit(one, warmup, n)
-    return {"step_s": dt, "tokens_per_s": B * T / dt}
+    return _warm(one, warmup)
 
 
 # ---- Tunix ----------------------------------------------------------------------------------------
 
 
-def bench_tunix(B: int, P: int, C: int, warmup: int, n: int) -> dict[str, float]:
+def setup_tunix(B: int, P: int, C: int, warmup: int) -> Callable[[], None]:
     import jax
     import jax.numpy as jnp
     import optax
@@ -136,14 +145,13 @@ def bench_tunix(B: int, P: int, C: int, warmup: int, n: int) -> dict[str, float]
         out = train_step(ex)
         jax.block_until_ready(out[0])
 
-    dt = _timeit(one, warmup, n)
-    return {"step_s": dt, "tokens_per_s": B * (P + C) / dt}
+    return _warm(one, warmup)
 
 
 # ---- PyTorch fallback -------------------------------------------------------------------------------
 
 
-def bench_torch(B: int, P: int, C: int, warmup: int, n: int) -> dict[str, float]:
+def setup_torch(B: int, P: int, C: int, warmup: int) -> Callable[[], None]:
     import torch
     import transformers
 
@@ -172,51 +180,69 @@ def bench_torch(B: int, P: int, C: int, warmup: int, n: int) -> dict[str, float]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    dt = _timeit(one, warmup, n)
-    return {"step_s": dt, "tokens_per_s": B * (P + C) / dt}
+    return _warm(one, warmup)
 
 
-SIDES = {"ours": bench_ours, "tunix": bench_tunix, "torch": bench_torch}
+SIDES = {"ours": setup_ours, "tunix": setup_tunix, "torch": setup_torch}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--side", default="both", choices=["both", *SIDES])
+    ap.add_argument("--serve", action="store_true", help="(internal) run --side as a worker timed by the parent")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--completion", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--tunix_python", default=os.environ.get("TUNIX_PYTHON", "/work/venv-tunix/bin/python"))
+    ap.add_argument("--steps", type=int, default=3, help="steps per side per round")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--scan_layers", action="store_true", help="ours with the layers under jax.lax.scan")
+    ap.add_argument("--tunix_python", default=os.environ.get("TUNIX_PYTHON", TUNIX_PYTHON))
     a = ap.parse_args()
-    shape = (a.batch, a.prompt, a.completion, a.warmup, a.steps)
-    if a.side != "both":
-        print("BENCH " + json.dumps({"side": a.side, **SIDES[a.side](*shape)}))
+    shape = (a.batch, a.prompt, a.completion, a.warmup)
+    tokens = a.batch * (a.prompt + a.completion)
+    setup = lambda side: SIDES[side](*shape, **({"scan_layers": a.scan_layers} if side == "ours" else {}))  # noqa: E731
+    if a.serve:
+        serve(setup(a.side), {"side": a.side})
         return
-    ours = bench_ours(*shape)
-    other, why = None, ""
+    if a.side != "both":
+        times = alternate({a.side: timed(setup(a.side))}, a.rounds, a.steps)[a.side]
+        dt = statistics.median(times)
+        print("BENCH " + json.dumps({"side": a.side, "step_s": dt, "tokens_per_s": tokens / dt}))
+        return
+
+    ours = timed(setup("ours"))
+    other_name, other, why = "tunix", None, ""
     if os.path.exists(a.tunix_python):
-        r = subprocess.run([a.tunix_python, __file__, "--side=tunix", *[f"--{k}={v}" for k, v in
-                            dict(batch=a.batch, prompt=a.prompt, completion=a.completion, warmup=a.warmup, steps=a.steps).items()]],
-                           capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-        line = [x for x in r.stdout.splitlines() if x.startswith("BENCH ")]
-        if r.returncode == 0 and line:
-            other = json.loads(line[-1][6:])
-        else:
-            why = f"Tunix side failed (rc {r.returncode}): {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output'}"
+        argv = [a.tunix_python, os.path.abspath(__file__), "--side=tunix", "--serve", *[f"--{k}={v}" for k, v in dict(
+            batch=a.batch, prompt=a.prompt, completion=a.completion, warmup=a.warmup).items()]]
+        try:
+            other = Worker(argv, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        except RuntimeError as e:
+            why = f"Tunix side failed: {e}"
     else:
-        why = f"no Tunix interpreter at {a.tunix_python}"
+        why = (f"no Tunix interpreter at {a.tunix_python}: run `bash scripts/setup_tunix_env.sh` "
+               "(makes .venv-tunix in this checkout) or set TUNIX_PYTHON / --tunix_python")
     if other is None:
         print(f"{why}; comparing against PyTorch/transformers instead")
-        other = {"side": "torch", **bench_torch(*shape)}
-    tokens = a.batch * (a.prompt + a.completion)
+        other_name, other = "torch", timed(setup("torch"))
+    try:
+        times = alternate({"jaxwebrl": ours, other_name: other}, a.rounds, a.steps)
+    finally:
+        if isinstance(other, Worker):
+            other.close()
+    s = summary(times, "jaxwebrl", other_name)
+    settings = "layers scanned" if a.scan_layers else "layers unrolled (the main job's setting)"
     print(f"model: tiny Qwen3 {SHAPE}; batch {a.batch} x ({a.prompt} prompt + {a.completion} completion) = {tokens} tokens/step")
-    print(f"jaxwebrl : {ours['step_s'] * 1e3:8.1f} ms/step  {ours['tokens_per_s']:10.0f} tokens/s")
-    print(f"{other['side']:9s}: {other['step_s'] * 1e3:8.1f} ms/step  {other['tokens_per_s']:10.0f} tokens/s")
-    print(f"speed-up (jaxwebrl tokens/s over {other['side']}): {ours['tokens_per_s'] / other['tokens_per_s']:.2f}x")
-    print("BENCH " + json.dumps({"ours": ours, other["side"]: other}))
+    print(f"interleaved: {a.rounds} rounds x {a.steps} steps per side, order alternating; jaxwebrl {settings}")
+    for name in ("jaxwebrl", other_name):
+        per = ", ".join(f"{t * 1e3:.0f}" for t in times[name])
+        print(f"{name:9s}: {s[f'{name}_step_s'] * 1e3:8.1f} ms/step (median; rounds: {per})  {tokens / s[f'{name}_step_s']:8.0f} tokens/s")
+    print(f"speed-up (jaxwebrl over {other_name}, median of per-round ratios): {s['ratio']:.2f}x "
+          f"(rounds {s['ratio_min']:.2f}-{s['ratio_max']:.2f}x)")
+    print("BENCH " + json.dumps({"other": other_name, "times": times, **s}))
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    sys.path.insert(0, REPO)
     main()

@@ -65,6 +65,49 @@ def test_splash_equals_xla_forward_and_gradients():
     assert _rel(ref_grads, grads) < 1e-4, _rel(ref_grads, grads)
 
 
+def _naive_attention(q, k, v, mask):
+    """Reference: one [B,H,T,S] softmax over all keys, K/V heads repeated for GQA (no blocks, no tricks)."""
+    rep = q.shape[2] // k.shape[2]
+    k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
+    s = jnp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(q.shape[-1])
+    p = jax.nn.softmax(jnp.where(mask[:, None], s, -1e30), axis=-1)
+    return jnp.einsum("bhts,bshd->bthd", p, v)
+
+
+@pytest.mark.parametrize("T", [64, 65, 300])
+def test_xla_attention_path_chosen_by_length_equals_naive_attention(T):
+    """One dense block up to decoder.QUERY_BLOCK rows, blocks of query rows (skipping the masked upper
+    triangle, a ragged last block) above: forward and gradients equal plain softmax attention, with packing
+    and padding."""
+    from jaxwebrl.models import decoder as dec
+
+    assert (dec.query_block(T) >= T) == (T <= dec.QUERY_BLOCK)  # which path this length takes
+    assert dec.query_block(64 * 1024) == 64 * 1024 // dec.MAX_QUERY_BLOCKS  # bounded number of blocks
+    ks = jax.random.split(jax.random.key(T), 4)
+    q, g = jax.random.normal(ks[0], (2, T, 4, 16)), jax.random.normal(ks[3], (2, T, 4, 16))
+    k, v = jax.random.normal(ks[1], (2, T, 2, 16)), jax.random.normal(ks[2], (2, T, 2, 16))
+    seg = np.ones((2, T), np.int32)
+    seg[0, T // 3:] = 2  # two packed segments
+    seg[1, T - T // 4:] = 0  # padding
+    pos = np.zeros((2, T), np.int32)
+    for b in range(2):
+        for sid in np.unique(seg[b]):
+            idx = np.where(seg[b] == sid)[0]
+            pos[b, idx] = np.arange(len(idx))
+    mask = dec.attention_mask(jnp.asarray(pos), jnp.asarray(seg), None)
+    real = jnp.asarray(seg > 0)[:, :, None, None]
+
+    def loss(fn, q, k, v):
+        return jnp.sum(jnp.where(real, fn(q, k, v) * g, 0.0))
+
+    ours = jax.jit(jax.value_and_grad(lambda *a: loss(lambda q, k, v: dec._attention(q, k, v, mask, 2), *a), (0, 1, 2)))
+    ref = jax.jit(jax.value_and_grad(lambda *a: loss(lambda q, k, v: _naive_attention(q, k, v, mask), *a), (0, 1, 2)))
+    (lo, go), (lr, gr) = ours(q, k, v), ref(q, k, v)
+    assert float(jnp.abs(lr)) > 1.0 and all(float(jnp.abs(x).max()) > 0 for x in gr)
+    assert abs(float(lo - lr)) < 1e-4 * abs(float(lr)), (float(lo), float(lr))
+    assert _rel(gr, go) < 1e-5, _rel(gr, go)
+
+
 SHARDED = r"""
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P

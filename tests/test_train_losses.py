@@ -8,11 +8,29 @@ import pytest
 
 from jaxwebrl.data.records import Trajectory, Turn
 from jaxwebrl.data.samples import build_samples, with_context_loss
+from jaxwebrl.models.logprobs import token_logprobs, token_logprobs_and_entropy
 from jaxwebrl.train.losses import LossConfig, grpo_loss, kl_penalty, sft_loss
 
 
 def _t(**kw):
     return {k: jnp.asarray(v, jnp.float32) for k, v in kw.items()}
+
+
+def test_logprobs_and_entropy_in_one_pass_against_numpy():
+    """The train step's fused logprob + entropy equals log softmax[target] and -sum p log p worked out in
+    float64 numpy, and its logprobs equal the sampler's `token_logprobs` (the one shared definition)."""
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((3, 5, 50)) * 4.0
+    logits[0, 0, 7] = 60.0  # a near one-hot row: entropy ~0, logprob of the rest very negative
+    targets = rng.integers(0, 50, (3, 5))
+    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    want_lp = np.take_along_axis(logp, targets[..., None], -1)[..., 0]
+    want_ent = -(np.exp(logp) * logp).sum(-1)
+    lp, ent = token_logprobs_and_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(targets))
+    np.testing.assert_allclose(np.asarray(lp), want_lp, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ent), want_ent, rtol=1e-5, atol=1e-5)
+    assert want_ent[0, 0] < 1e-6 and want_ent.max() > 1.0  # both regimes present
+    np.testing.assert_array_equal(np.asarray(lp), np.asarray(token_logprobs(jnp.asarray(logits, jnp.float32), jnp.asarray(targets))))
 
 
 def test_sft_weighted_nll():

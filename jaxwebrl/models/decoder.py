@@ -126,10 +126,20 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return (xf * weight.astype(jnp.float32)).astype(x.dtype)
 
 
-# Query rows per block of causal attention without a cache: block i needs keys [0, end of block i] only, so
-# the masked upper triangle is skipped (exact, no online softmax). On CPU this and the heads-major batched
-# matmuls below made fwd+bwd attention 3.5x faster at T=1024 than one [B,K,G,T,S] einsum.
-QUERY_BLOCK = 128
+# Causal attention without a cache goes in blocks of query rows: block i needs keys [0, end of block i] only,
+# so the masked upper triangle is skipped (exact, no online softmax), and each block's fp32 scores are small
+# enough to stay in cache through the mask / softmax passes. The block length is chosen by sequence length
+# (`query_block`): one dense block up to QUERY_BLOCK rows, blocks of QUERY_BLOCK up to
+# QUERY_BLOCK * MAX_QUERY_BLOCKS, then longer blocks so the unrolled block loop (HLO size, compile time)
+# stays bounded. Measured on CPU fwd+bwd (BUILD.md, "Attention block length"): blocks of 64 beat one dense
+# block 1.5x at T=128 and 2x at T=256, and blocks of 128 by 1.15-1.3x at T=512-1024.
+QUERY_BLOCK = 64
+MAX_QUERY_BLOCKS = 32
+
+
+def query_block(seq_len: int) -> int:
+    """Query rows per attention block for a cache-free sequence of `seq_len` (>= seq_len: one dense block)."""
+    return max(QUERY_BLOCK, -(-seq_len // MAX_QUERY_BLOCKS))
 
 
 def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -148,17 +158,19 @@ def _attention(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, num_kv_heads: int, heads_first: bool = False
 ) -> jax.Array:
     """GQA attention. q [B,T,H,hd], k/v [B,S,K,hd] (or [B,K,S,hd] with heads_first, the cache layout),
-    mask bool [B,T,S] -> [B,T,H,hd]. Without a cache (T == S, mask causal by index) queries go in blocks."""
+    mask bool [B,T,S] -> [B,T,H,hd]. Without a cache (T == S, mask causal by index) queries go in blocks of
+    `query_block(T)` rows."""
     B, T, H, hd = q.shape
     K = num_kv_heads
     if not heads_first:
         k, v = jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)
     q = q.reshape(B, T, K, H // K, hd).transpose(0, 2, 3, 1, 4)  # [B,K,G,T,hd]
-    if heads_first or T <= 2 * QUERY_BLOCK:
+    block = query_block(T)
+    if heads_first or T <= block:
         return _attend(q, k, v, mask)
     blocks = []
-    for start in range(0, T, QUERY_BLOCK):
-        end = min(start + QUERY_BLOCK, T)
+    for start in range(0, T, block):
+        end = min(start + block, T)
         blocks.append(_attend(q[:, :, :, start:end], k[:, :, :end], v[:, :, :end], mask[:, start:end, :end]))
     return jnp.concatenate(blocks, axis=1)
 

@@ -29,8 +29,7 @@ from jax.sharding import Mesh
 from jaxwebrl.models import ModelConfig, abstract_params, hidden_states, lm_head, logical_axes
 from jaxwebrl.models import vl
 from jaxwebrl.models.vl_config import VLConfig
-from jaxwebrl.models.logprobs import entropy as entropy_fn
-from jaxwebrl.models.logprobs import token_logprobs
+from jaxwebrl.models.logprobs import token_logprobs, token_logprobs_and_entropy
 from jaxwebrl.sharding import (
     batch_spec_sharding, optimizer_state_shardings, replicated, tree_shardings,
 )
@@ -100,8 +99,9 @@ def next_token_logprobs(
         logits = jnp.einsum("btd,dv->btv", hc, w, preferred_element_type=jnp.float32)
         if cfg.temperature != 1.0:
             logits = logits / cfg.temperature
-        ent = entropy_fn(logits) if cfg.with_entropy else jnp.zeros(tc.shape, jnp.float32)
-        return token_logprobs(logits, tc), jax.lax.stop_gradient(ent)
+        if cfg.with_entropy:
+            return token_logprobs_and_entropy(logits, tc)
+        return token_logprobs(logits, tc), jnp.zeros(tc.shape, jnp.float32)
 
     if chunk == T:
         lp, ent = one(h, targets)
@@ -234,7 +234,6 @@ def grads_and_metrics(cfg: StepConfig, params: Any, batch: dict[str, jax.Array])
     """Normalised gradient of the batch loss [accum, mb, T], accumulated over the leading axis."""
     denom = batch["norm_denom"].astype(jnp.float32).sum()
     grad_fn = jax.value_and_grad(lambda p, m: micro_loss(cfg, p, m), has_aux=True)
-    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
 
     def body(carry: tuple[Any, jax.Array, dict[str, jax.Array]], micro: dict[str, jax.Array]) -> tuple[Any, None]:
         g_acc, l_acc, s_acc = carry
@@ -243,9 +242,14 @@ def grads_and_metrics(cfg: StepConfig, params: Any, batch: dict[str, jax.Array])
         s_acc = {k: s_acc[k] + sums[k] for k in s_acc}
         return (g_acc, l_acc + loss_sum, s_acc), None
 
-    sums0 = jax.eval_shape(lambda: micro_loss(cfg, params, jax.tree.map(lambda x: x[0], batch))[1][1])
-    sums0 = {k: jnp.zeros((), jnp.float32) for k in sums0}
-    (g, loss_sum, sums), _ = jax.lax.scan(body, (zeros, jnp.zeros((), jnp.float32), sums0), batch)
+    if jax.tree.leaves(batch)[0].shape[0] == 1:  # one micro-batch: no loop, so XLA fuses it with the update
+        (loss_sum, (_, sums)), g = grad_fn(params, jax.tree.map(lambda x: x[0], batch))
+        g = jax.tree.map(lambda b: b.astype(jnp.float32), g)
+    else:
+        sums0 = jax.eval_shape(lambda: micro_loss(cfg, params, jax.tree.map(lambda x: x[0], batch))[1][1])
+        sums0 = {k: jnp.zeros((), jnp.float32) for k in sums0}
+        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        (g, loss_sum, sums), _ = jax.lax.scan(body, (zeros, jnp.zeros((), jnp.float32), sums0), batch)
     scale = 1.0 / jnp.maximum(denom, 1e-12)
     g = jax.tree.map(lambda x: x * scale, g)
     return g, _metrics(loss_sum, denom, sums)
