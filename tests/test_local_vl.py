@@ -16,6 +16,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from jaxwebrl.config import apply_variants, parse_config, validate_config
+from jaxwebrl.models.vl_or_text import load_tokenizer_or_processor
 from test_recipes_local import load
 
 pytestmark = pytest.mark.timeout(3600)  # minutes on a loaded 2-core machine; see the report
@@ -38,7 +39,8 @@ def test_visual_local_run_quick(tmp_path: Path) -> None:
     assert all(len(turn["images"]) == 1 and turn["observation"] == "" for turn in turns)
     init = json.loads((tmp_path / "policy_init" / "config.json").read_text())
     assert init["architectures"] == ["Qwen3VLForConditionalGeneration"]
-    assert (tmp_path / "policy_init" / "preprocessor_config.json").exists()
+    processor = load_tokenizer_or_processor(str(tmp_path / "policy_init"))  # saved beside the weights
+    assert processor.image_processor.patch_size == init["vision_config"]["patch_size"]
     bc_log = [json.loads(line) for line in (tmp_path / "bc" / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert len(bc_log) == run.bc.steps and bc_log[-1]["bc/nll"] < bc_log[0]["bc/nll"]
 

@@ -221,8 +221,8 @@ def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
          "--cache", str(cache), "--json", str(out), "--config.quick=true", "--config.env.contexts_per_browser=4"],
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| task | hf |" in proc.stdout and "first action right" in proc.stdout
-    episodes = json.loads(out.read_text())["hf"]
+    assert "| task | bc/hf |" in proc.stdout and "first action right" in proc.stdout  # named <parent>/hf
+    episodes = json.loads(out.read_text())["bc/hf"]
     demos = pickle.loads(cache.read_bytes())
     assert len(demos) == 4 and set(episodes) == {f"{d.task_id}@{d.seed}" for d in demos}  # 2 tasks x 2 test seeds
     tok = load_tokenizer(bc)
