@@ -92,7 +92,7 @@ class PagePool:
         self.buckets = page_buckets(self.max_pages)
         shape = (L, self.num_pages, K, page_size, hd)
         if mesh is None:
-            sharding: Any = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            sharding: Any = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         else:
             sharding = tree_shardings(jax.ShapeDtypeStruct(shape, dtype), POOL_AXES, mesh)
         self.mesh = mesh
