@@ -8,19 +8,11 @@ masks the episode.
     python scripts/train.py --config configs/grpo_local_judge.py [--config.quick=true]
 """
 
-import importlib.util
-import os
-
-
-def _main_job_config():
-    spec = importlib.util.spec_from_file_location("grpo_local", os.path.join(os.path.dirname(__file__), "grpo_local.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+from jaxwebrl.recipes.config_files import sibling_config
 
 
 def get_config():
-    c = _main_job_config()
+    c = sibling_config(__file__, "grpo_local")
     c.workdir = "runs/grpo_local_judge"
     c.reward.source = "judge"
     j = c.reward.judge

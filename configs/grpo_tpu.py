@@ -83,7 +83,7 @@ def get_config():
     c.rollout.max_concurrent_groups = 16
     c.engine.type = "sglang"  # SGLang servers (sgl_jax on TPU) behind engine.url(s); 'jax' runs the built-in sampler
     c.engine.launch = True
-    c.engine.weight_sync = "restart"
+    c.engine.weight_sync = "disk"  # new weights loaded in place each iteration, no server restart
     c.rl.iterations = 1000
     c.rl.eval_every = 20
 

@@ -11,19 +11,11 @@ ones the BC policy was trained with. Every other field is `jaxwebrl.recipes.judg
 """
 
 import dataclasses
-import importlib.util
-import os
 
 import ml_collections
 
+from jaxwebrl.recipes.config_files import sibling_config
 from jaxwebrl.recipes.judge_training import JudgeTrainingConfig
-
-
-def _main_job_config():
-    spec = importlib.util.spec_from_file_location("grpo_local", os.path.join(os.path.dirname(__file__), "grpo_local.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def get_config():
@@ -31,7 +23,7 @@ def get_config():
                                    for f in dataclasses.fields(JudgeTrainingConfig)})
     c.policy = "runs/grpo_local/bc/hf"
     c.workdir = "runs/judge_local"
-    c.policy_run = _main_job_config()
+    c.policy_run = sibling_config(__file__, "grpo_local")
     c.quick = False
     # the smoke variant: three demonstrated tasks and three the BC policy often fails, fewer instances and steps
     c.quick_overrides = ml_collections.ConfigDict({

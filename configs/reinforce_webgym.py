@@ -53,7 +53,7 @@ def get_config():
     c.rollout.limit_generate = 256
     c.engine.type = "sglang"
     c.engine.launch = True
-    c.engine.weight_sync = "restart"
+    c.engine.weight_sync = "disk"  # new weights loaded in place each iteration, no server restart
     c.rl.iterations = 100
 
     # The local variant (--config.local=true): this recipe trained from scratch on MiniWoB++ on a laptop

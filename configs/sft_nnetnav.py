@@ -5,7 +5,8 @@ lr 2e-5 with 500 linear warm-up updates, sequences truncated at 20k.
     python scripts/train.py --config configs/sft_nnetnav.py
     python scripts/train.py --config configs/sft_nnetnav.py --config.local=true   # the local exploration's data
 
-Demonstrations + NNetNav data (the comparison of issue 23's item 3) is two files in data.train_files.
+Demonstrations + NNetNav data (the comparison of issue 23's item 3) is two files in data.train_files; the
+control trains on the demonstrations alone with the same steps and seed (RESULTS.md has the commands).
 """
 
 from jaxwebrl.config import default_config
@@ -43,7 +44,8 @@ def get_config():
         "sft_nnetnav", model=dict(source="hf", path="runs/grpo_local/bc/hf"),
         data=dict(kind="sft", synthetic=False, train_files="runs/nnetnav_explore_local/nnetnav/nnetnav_sft.jsonl"),
         env=dict(action_space="bid"), agent=dict(prompt_format="bid", strategy="compress_past"),
-        train=dict(steps=200, seq_len=2048), bc=dict(enabled=False), rl=dict(iterations=0),
-        optim=dict(lr=1e-3))
+        train=dict(steps=200, seq_len=1024, micro_batch=8), bc=dict(enabled=False), rl=dict(iterations=0),
+        # a BC policy whose cosine schedule ended near 0: a short warm-up to a smaller step than BC's peak
+        optim=dict(lr=3e-4, schedule="warmup_cosine", warmup_steps=20))
     c.quick_overrides = quick_overrides("sft_nnetnav", train=dict(steps=10), bc=dict(enabled=False), rl=dict(iterations=0))
     return c

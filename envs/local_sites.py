@@ -2,18 +2,22 @@
 in `envs/tasks/*.json` (placeholders `__SHOP__`, `__WIKI__`, `__PLAYGROUND__` are replaced by the origins).
 
 Each task runs in its own context, so per-visitor server state (cart, orders, comments) starts empty for
-every episode; the seed is unused (the sites are deterministic).
+every episode; the seed is unused (the sites are deterministic). `latency` (or the environment variable
+`JAXWEBRL_SITE_LATENCY`) makes every page wait a heavy-tailed server delay, as live sites do
+(envs/sites/latency.py; off by default).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envs import evaluators
 from envs.sites import SITES
+from envs.sites.latency import ENV_VAR, PageLatency
 from envs.sites.server import SiteServer
 from jaxwebrl.browser.session import BrowserSession
 from jaxwebrl.browser.task import EvalResult
@@ -91,9 +95,13 @@ class LocalSitesSuite:
     name = "local_sites"
 
     def __init__(self, sites: tuple[str, ...] = ("shop", "wiki", "playground"), test_fraction: float = 0.25,
-                 tasks: list[str] | None = None) -> None:
-        """`tasks`: only these task ids (the run config's `tasks.train`); None = every task file entry."""
+                 tasks: list[str] | None = None, latency: str | PageLatency | None = None) -> None:
+        """`tasks`: only these task ids (the run config's `tasks.train`); None = every task file entry.
+        `latency`: page delays, a `PageLatency` or its spec (None: `$JAXWEBRL_SITE_LATENCY`, unset = none)."""
         self.site_names = sites
+        if latency is None:
+            latency = os.environ.get(ENV_VAR)
+        self.latency = latency if isinstance(latency, PageLatency) or latency is None else PageLatency.parse(latency)
         self.servers: dict[str, SiteServer] = {}
         self.specs = load_task_specs()
         if tasks:
@@ -106,7 +114,7 @@ class LocalSitesSuite:
 
     def start(self) -> "LocalSitesSuite":
         if not self.servers:
-            self.servers = {n: SiteServer(SITES[n]).start() for n in self.site_names}
+            self.servers = {n: SiteServer(SITES[n], latency=self.latency).start() for n in self.site_names}
         return self
 
     def stop(self) -> None:

@@ -150,8 +150,8 @@ def command_line_fields(argv: Sequence[str]) -> set[str]:
 def _unknown_fields(cfg: Any, schema: Any, prefix: str = "") -> None:
     for key in cfg.keys():
         path = f"{prefix}{key}"
-        if path.endswith("model.shape") or path in ("quick_overrides", "local_overrides"):
-            continue  # shape: checked by ModelSetup; the variants: against the whole schema by apply_variants
+        if path.endswith(("model.shape", "model.vision")) or path in ("quick_overrides", "local_overrides"):
+            continue  # shape, vision: checked by ModelSetup; the variants: against the whole schema by apply_variants
         if key not in schema:
             near = difflib.get_close_matches(key, list(schema.keys()), 1)
             hint = f"did you mean config.{prefix}{near[0]}?" if near else f"known fields: {sorted(schema.keys())}"
@@ -173,7 +173,7 @@ def apply_variants(cfg: ml_collections.ConfigDict, explicit: Collection[str] = (
             name = prefix + key
             if name in keep:
                 continue
-            if isinstance(value, (ml_collections.ConfigDict, dict)) and key != "shape":
+            if isinstance(value, (ml_collections.ConfigDict, dict)) and key not in ("shape", "vision"):
                 overlay(dst[key], value, name + ".")
             else:
                 dst[key] = value
@@ -249,6 +249,10 @@ def _check_across_sections(run: RunConfig) -> None:
     if run.reward.source == "raw" and recipe.reward != "success":
         raise ConfigError(f"config.reward.source: 'raw' replaces a binary success reward, but recipe {run.recipe!r} "
                           f"scores episodes with {recipe.reward!r}; use reward.source='rule'")
+    if run.rl.overlap and run.loss.kind == "grpo" and run.train.old_logprobs == "recompute":
+        raise ConfigError("config.rl.overlap: trains on rollouts sampled one update earlier, whose importance ratios "
+                          "need the sampler's logprobs, but train.old_logprobs='recompute' scores them with the policy "
+                          "being trained; set train.old_logprobs='engine' or rl.overlap=False")
     if run.reward.uses_judge and run.data.kind != "online":
         raise ConfigError(f"config.reward.source: {run.reward.source!r} judges episodes as online rollouts end, but "
                           f"data.kind={run.data.kind!r} trains on files; use reward.source='rule' or data.kind='online'")

@@ -44,6 +44,7 @@ RULES: dict[str, str | tuple[str, ...] | None] = {
     # KV cache of the sampler: slots over data, heads over tensor
     "cache_batch": "data",
     "cache_length": None,
+    "cache_pages": None,  # the prefix cache's page pool (engines/page_pool.py): pages replicated, heads split
 }
 
 

@@ -9,6 +9,10 @@ hundreds of GB. Returns once the server answered /health and finished its warmup
   python scripts/launch_sglang.py --model-path /path/to/hf_dir [--device cpu|tpu|gpu] [--port 30000]
   python scripts/launch_sglang.py --model-path DIR --dry-run        # print the command only
   python scripts/launch_sglang.py --model-path DIR -- --mem-fraction-static 0.8   # extra server flags
+  python scripts/launch_sglang.py --model-path DIR --weight-reload  # sglang-jax with /update_weights_from_disk
+
+A trainer elsewhere updates the weights of a --weight-reload server (or of a CUDA SGLang server) with
+engine.weight_sync='disk' and engine.export_dir on a filesystem both hosts see.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-total-tokens", type=int, default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--tp-size", type=int, default=None)
+    p.add_argument("--weight-reload", action="store_true",
+                   help="sglang-jax: serve through jaxwebrl's worker, which adds /update_weights_from_disk (no restart "
+                        "per weight update); CUDA SGLang has it anyway")
     p.add_argument("--log", default=None, help="server log file (default: a temp file)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the server to be ready")
     p.add_argument("--dry-run", action="store_true", help="print the command and exit")
@@ -49,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     server = SGLangServer(
         args.model_path, device=args.device or detect_device(), host=args.host, port=args.port, python=args.python,
         context_length=args.context_length, max_total_tokens=args.max_total_tokens,
-        max_running_requests=args.max_running_requests, tp_size=args.tp_size, extra_args=extra,
+        max_running_requests=args.max_running_requests, tp_size=args.tp_size, weight_reload=args.weight_reload,
+        extra_args=extra,
         log_path=args.log, startup_timeout=args.timeout,
     )
     env = "JAX_PLATFORMS=cpu " if server.environment().get("JAX_PLATFORMS") == "cpu" else ""

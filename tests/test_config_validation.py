@@ -20,9 +20,9 @@ def _load(name):
     return mod.get_config()
 
 
-# judge_local is a judge-training config (scripts/train_judge.py; its own fields plus the main job's run config
+# judge_local and labeler_local are judge-training configs (scripts/train_judge.py; their own fields plus the main job's run config
 # as `policy_run`), checked by tests/test_judge_training.py; every other config is a run config.
-NOT_RUN_CONFIGS = {"judge_local"}
+NOT_RUN_CONFIGS = {"judge_local", "labeler_local"}
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem not in NOT_RUN_CONFIGS))
@@ -165,6 +165,19 @@ def test_each_section_names_its_own_bad_field(tmp_path):
         c[section][field] = value
         with pytest.raises(ConfigError, match=message):
             parse_config(c)
+
+
+def test_engine_prefix_cache_fields_are_checked(tmp_path):
+    c = _tiny(tmp_path)
+    c.engine.page_size = c.engine.max_len * 2
+    with pytest.raises(ConfigError, match=r"config\.engine\.page_size: \d+ exceeds max_len=\d+; use a page_size"):
+        parse_config(c)
+    c = _tiny(tmp_path)
+    c.engine.prefix_cache_tokens = 4
+    with pytest.raises(ConfigError, match=r"config\.engine\.prefix_cache_tokens: 4 is less than one page"):
+        parse_config(c)
+    c.engine.prefix_cache = False  # the switch off: the budget no longer matters
+    assert parse_config(c).engine.jax_kwargs()["prefix_cache"] is False
 
 
 def test_wrong_type_is_named(tmp_path):

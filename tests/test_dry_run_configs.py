@@ -1,5 +1,5 @@
 """Every paper-scale config in configs/ lowers its train step at the paper's shapes on 8 fake CPU devices, and
-the 16k and 32k GRPO configs also compile.
+the 16k and 32k GRPO configs also compile (OpenWebRL's text stand-in: `grpo_openwebrl:text`).
 
 Ahead of time against abstract params and batch (nothing is allocated): the full model (all layers, full
 width and vocabulary; Qwen2.5-3B/7B and Qwen3-4B/8B from `models.known_shapes` where the config names a
@@ -7,8 +7,11 @@ checkpoint that is absent here), the config's own mesh, micro-batch, accumulatio
 and logits chunking, with `model.attention='splash'` (the TPU Pallas kernel in interpret mode), which is
 what makes 16-32k fit. Lowering (tracing, sharding annotations, the kernel) takes 2-6 s per config; a CPU
 compile takes 12-50 s per config whatever the length or depth (layers are scanned), so only
-`grpo_tpu` (Qwen2.5-3B, 16k) and `grpo_openwebrl` (Qwen3-4B, 32k) are compiled, with memory printed; the
-Qwen2.5-7B and Qwen3-8B configs are lowered only. `scripts/train.py --dry_run` compiles any of them.
+`grpo_tpu` (Qwen2.5-3B, 16k) and OpenWebRL's text stand-in (Qwen3-4B, 32k) are compiled, with memory
+printed; the Qwen2.5-7B and Qwen3-8B configs are lowered only. The vision-language configs (`grpo_openwebrl`:
+Qwen3-VL-4B, `reinforce_webgym_vl`: Qwen3-VL-8B, 32k, each row with its 1280x720 screenshot's 3,520 patches,
+bucket 4,096) are lowered only: their CPU compile takes minutes (BUILD.md has their compiled memory).
+`scripts/train.py --dry_run` compiles any of them.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPILED = ("grpo_tpu", "grpo_openwebrl")
+COMPILED = ("grpo_tpu", "grpo_openwebrl:text")
 PAPER_CONFIGS = {  # config -> (model params in billions, seq_len) the paper uses
     "grpo_tpu": (3.09, 16384),
-    "grpo_openwebrl": (4.02, 32768),
+    "grpo_openwebrl:text": (4.02, 32768),
+    "grpo_openwebrl": (4.44, 32768),
+    "reinforce_webgym_vl": (8.77, 32768),
     "reinforce_webgym": (8.19, 16384),
     "rft_browseragent": (7.62, 16384),
     "sft_webagent_r1": (3.09, 16384),
@@ -39,9 +44,12 @@ from jaxwebrl.train.dry_run import dry_run
 assert len(jax.devices()) == 8
 compiled = sys.argv[1].split(",")
 for name in sys.argv[2:]:
-    spec = importlib.util.spec_from_file_location(name, f"configs/{name}.py")
+    file, _, variant = name.partition(":")
+    spec = importlib.util.spec_from_file_location(file, f"configs/{file}.py")
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     c = mod.get_config()
+    if variant == "text":  # OpenWebRL's text stand-in (its config's docstring)
+        c.model.path, c.env.screenshot, c.env.text_mode, c.env.box_centres = "checkpoints/Qwen3-4B", False, "axtree", True
     c.model.attention = "splash"
     run = parse_config(c)
     t0 = time.time()
@@ -68,6 +76,9 @@ def test_paper_configs_compile_at_paper_shapes():
         assert abs(rep["params"] / 1e9 - billions) < 0.01, (name, rep["params"])
         assert rep["batch"][2] == seq_len and rep["attention"] == "splash" and rep["devices"] == 8
         assert rep["compiled"] == (name in COMPILED), name
+        assert ("patches" in rep) == (name in ("grpo_openwebrl", "reinforce_webgym_vl")), name
+        if "patches" in rep:  # one 1280x720 screenshot per row, as the release processor cuts it
+            assert (rep["patches"], rep["patches_bucket"]) == (3520, 4096), rep
         if not rep["compiled"]:
             print(f"{name}: {rep['params'] / 1e9:.2f}B, batch {rep['batch']}, lowered in {rep['compile_s']} s")
             assert rep["lowered_chars"] > 10_000

@@ -161,7 +161,7 @@ def test_restart_strategy_serves_new_weights(served: Any) -> None:
             update = asyncio.create_task(engine.update_weights(new_params, version=1))
             # Send it once the restart has begun (the export before it takes a while on a loaded machine, and
             # a request sent before the restart is rightly served by the old weights).
-            while engine._restarting is None:
+            while engine._updating is None:
                 await asyncio.sleep(0.05)
             during = asyncio.create_task(engine.generate(prompts[0], sp))
             await update

@@ -85,3 +85,58 @@ def test_image_requests_send_ids_and_base64_pngs() -> None:
     with pytest.raises(ValueError, match="encoded image bytes"):
         engine.request_body([1, 6], SamplingParams(max_new_tokens=4), 4, [ImageInput(b"", (1, 2, 2))])
     asyncio.run(engine.close())
+
+
+# CUDA SGLang's POST /update_weights_from_disk request fields and their types, as its documentation
+# (docs/advanced_features/sglang_for_rl.md, "Update Weights from Disk") lists them; model_path is required.
+SGLANG_RELOAD_FIELDS = {"model_path": str, "load_format": (str, type(None)), "abort_all_requests": bool,
+                        "weight_version": (str, type(None)), "is_async": bool, "torch_empty_cache": bool,
+                        "keep_pause": bool, "recapture_cuda_graph": bool, "token_step": int, "flush_cache": bool}
+
+
+def test_weight_reload_request_follows_sglang_documented_api(tmp_path: Path) -> None:
+    body = SGLangEngine.reload_body(tmp_path / "policy_v3", 3)
+    assert set(body) <= set(SGLANG_RELOAD_FIELDS) and "model_path" in body
+    for key, value in body.items():
+        assert isinstance(value, SGLANG_RELOAD_FIELDS[key]), key
+    assert body["model_path"] == str(tmp_path / "policy_v3") and body["weight_version"] == "3"
+    # The server flushes its prefix cache itself and lets running requests finish (no abort, no pause kept).
+    assert body["flush_cache"] is True and body["abort_all_requests"] is False and not body.get("keep_pause")
+
+
+def test_weight_reload_launches_the_worker(tmp_path: Path) -> None:
+    cpu = SGLangServer(tmp_path, device="cpu", port=30000, python="/py312", weight_reload=True)
+    cmd = cpu.command()
+    assert cmd[:3] == ["/py312", "-P", str(REPO / "jaxwebrl" / "engines" / "sglang_jax_worker.py")]
+    for flag in ("--device cpu", "--enable-single-process", "--max-total-tokens 8192", "--disable-overlap-schedule"):
+        assert flag in " ".join(cmd)
+    assert SGLangServer(tmp_path, device="cpu", python="/py312").command()[1:3] == ["-m", "sgl_jax.launch_server"]
+    # CUDA SGLang has the endpoint itself: the flag changes nothing on GPU.
+    gpu = SGLangServer(tmp_path, device="gpu", port=30002, weight_reload=True)
+    assert gpu.command()[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "launch_sglang.py"), "--model-path", str(tmp_path),
+                          "--device", "cpu", "--weight-reload", "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "sglang_jax_worker.py" in out.stdout and "--enable-single-process" in out.stdout
+
+
+def test_worker_refuses_a_checkpoint_that_does_not_match(tmp_path: Path) -> None:
+    """The worker's all-or-nothing check (it runs under sglang-jax's Python; its helpers are plain Python)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from jaxwebrl.engines.sglang_jax_worker import index_mismatch, safetensors_index
+
+    served = {"a.weight": np.zeros((4, 2), np.float32), "b.weight": np.zeros((3,), np.float32)}
+    for name, tensors in (("served", served), ("same", served),
+                          ("other", {"a.weight": np.zeros((4, 3), np.float32), "c.weight": np.zeros(1, np.float32)})):
+        (tmp_path / name).mkdir()
+        save_file(tensors, str(tmp_path / name / "model.safetensors"))
+    index = safetensors_index(tmp_path / "served")
+    assert index == {"a.weight": (4, 2), "b.weight": (3,)}
+    assert index_mismatch(index, safetensors_index(tmp_path / "same")) == ""
+    problem = index_mismatch(index, safetensors_index(tmp_path / "other"))
+    assert "missing 1 tensors (e.g. ['b.weight'])" in problem and "['c.weight']" in problem
+    assert "a.weight: (4, 3) vs served (4, 2)" in problem
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
+        safetensors_index(tmp_path)

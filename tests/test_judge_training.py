@@ -122,3 +122,140 @@ def test_verifier_judge_scores_every_episode_with_the_training_prompt() -> None:
     expected = EngineBackend(engine, tok).prompt_ids(judge_messages(page_ended, JudgeTrainingConfig(), "bid"))
     assert engine.prompts[0] == expected
     assert "[3] button 'ok' pressed" in tok.decode(engine.prompts[0])
+
+
+# ---- issue 21 item 5: the judge against the rule on the rollouts RL produced ---------------------------------
+
+
+def _rollout(iteration: int, rule: bool, judge: bool | None, task: str = "miniwob.click-test", error: bool = False):
+    from jaxwebrl.data.records import Trajectory, Turn
+
+    meta = {"iteration": iteration, "success": rule, "group_kept": True, "episode_id": f"e{iteration}{rule}{judge}"}
+    if judge is not None:
+        meta["judged_success"] = judge
+        meta["judge"] = {"error": "judge_error" if error else None}
+    return Trajectory(task, [Turn([1], [2])], termination="judge_error" if error else "done", metadata=meta)
+
+
+def test_judge_vs_rule_agreement_per_iteration_counts_false_positives_by_hand() -> None:
+    from jaxwebrl.recipes.judge_loop import agreement_section, by_iteration, by_task, early_late_test, judged_rollouts
+
+    # iteration 0: (rule, judge) = (T,T) (F,F) (F,F) (T,F); iteration 1: (F,T) (F,T) (T,T) (F,F); plus one judge
+    # error and one episode never judged (neither counts)
+    pairs = {0: [(True, True), (False, False), (False, False), (True, False)],
+             1: [(False, True), (False, True), (True, True), (False, False)]}
+    trajs = [_rollout(i, r, j, task="miniwob.click-dialog" if i == 1 and r is False and j else "miniwob.click-test")
+             for i, ps in pairs.items() for r, j in ps]
+    trajs += [_rollout(1, True, False, error=True), _rollout(1, False, None)]
+    rows, undecided = judged_rollouts(trajs)
+    assert len(rows) == 8 and undecided == 2
+    it0, it1, total = by_iteration(rows)
+    assert (it0.episodes, it0.agree, it0.false_pos, it0.false_neg, it0.rule_failures) == (4, 3, 0, 1, 2)
+    assert (it1.episodes, it1.agree, it1.false_pos, it1.false_neg, it1.rule_failures) == (4, 2, 2, 0, 3)
+    assert it1.false_positive_rate == pytest.approx(2 / 3) and it1.precision == pytest.approx(1 / 3)
+    assert (total.episodes, total.agree, total.false_pos) == (8, 5, 2) and total.label == "all"
+    dialog = [r for r in by_task(rows) if r.label == "click-dialog"][0]
+    assert (dialog.episodes, dialog.false_pos) == (2, 2)
+    early, late, p = early_late_test(rows)
+    assert (early.false_pos, early.rule_failures, late.false_pos, late.rule_failures) == (0, 2, 2, 3)
+    # Fisher exact on [[0, 2], [2, 1]], by hand: the top-left count is hypergeometric (N 5, 2 drawn, 2 marked):
+    # P(0) = 3/10, P(1) = 6/10, P(2) = 1/10; two-sided = the tables no more likely than the observed: 0.3 + 0.1
+    assert p == pytest.approx(0.4)
+    text = agreement_section("RL judge", trajs, bucket=1)
+    assert "| 1 | 4 | 25% | 75% | 50%" in text and "8 rollouts judged (2 without a verdict" in text
+
+
+def test_labeler_measures_exact_template_and_arguments_by_hand() -> None:
+    from jaxwebrl.recipes.labeler_training import LabeledEpisode, Templates, label_scores, majority_labels, nearest_labels
+
+    train = {"click-button": ['Click on the "ok" button.', 'Click on the "Cancel" button.', 'Click on the "no" button.'],
+             "focus-text": ["Focus into the textbox."] * 2}
+    t = Templates.fit(train)
+    assert t.template('Click on the "yes" button.') == "click on _ button" and t.arguments('Click on the "yes" button.') == {"yes"}
+    assert t.template("Focus into the textbox.") == "focus into textbox" and t.arguments("Focus into the textbox.") == set()
+    truth = ['Click on the "yes" button.', 'Click on the "yes" button.', 'Click on the "yes" button.', "Focus into the textbox."]
+    pred = ['click on the "Yes" button', 'Click on the "no" button.', "Focus into the textbox.", None]
+    s = label_scores(pred, truth, t)
+    assert s == {"exact match": [True, False, False, False], "same task template": [True, True, False, False],
+                 "same template and arguments": [True, False, False, False]}
+    eps = [LabeledEpisode(f"miniwob.{k}", i, "train", u, [f"Clicked button '{u[14:16]}'." if "button" in u else "Focused textbox ''."])
+           for k, us in train.items() for i, u in enumerate(us)]
+    assert majority_labels(eps, 2) == ["Focus into the textbox."] * 2  # the most frequent training utterance
+    held = [LabeledEpisode("miniwob.focus-text", 9, "heldout", "Focus into the textbox.", ["Focused textbox ''."])]
+    assert nearest_labels(eps, held) == ["Focus into the textbox."]
+
+
+def test_labeler_training_quick_trains_labels_through_the_engine_and_writes_its_report(tmp_path) -> None:
+    """configs/labeler_local.py's quick variant end to end on a tiny random policy (~1 min): the scripted solvers
+    play in real Chromium, the rule summarises, the model is fine-tuned (its loss falls), exported, and labels
+    the held-out episodes through the JaxEngine and NNetNav's labeler prompt; the report compares it with the
+    two baselines. A model this small and this briefly trained is not expected to beat them."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    from agent_fixtures import tiny_policy
+    from jaxwebrl.recipes.labeler_training import train_labeler
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("labeler_local", root / "configs" / "labeler_local.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.path.insert(0, str(root / "scripts"))
+    from train_judge import parse
+
+    tiny_policy(tmp_path / "policy")
+    c = module.get_config()
+    c.quick = True
+    c.policy, c.workdir = str(tmp_path / "policy"), str(tmp_path / "labeler")
+    c.train_seeds, c.heldout_seeds, c.steps, c.batch, c.seq_len, c.lr = 3, 2, 12, 4, 2048, 3e-3
+    c.policy_run.env.contexts_per_browser = 2
+    explicit = {"policy", "workdir", "train_seeds", "heldout_seeds", "steps", "batch", "seq_len", "lr",
+                "policy_run.env.contexts_per_browser"}
+    run, cfg = parse(c, explicit)
+    assert type(cfg).__name__ == "LabelerTrainingConfig" and run.tasks.train == "click-button,focus-text"
+    summary = train_labeler(run, cfg)
+    work = tmp_path / "labeler"
+    episodes = [json.loads(line) for line in (work / "labeler_episodes.jsonl").read_text().splitlines()]
+    assert {e["split"] for e in episodes} == {"train", "heldout"} and len(episodes) >= 8  # it played (10 planned)
+    focus = next(e for e in episodes if e["task_id"] == "miniwob.focus-text")
+    assert focus["goal"] == "Focus into the textbox." and focus["summaries"][0].startswith("Focused textbox")
+    losses = summary["loss"]
+    assert len(losses) == 12 and sum(losses[-3:]) < sum(losses[:3]), losses
+    assert (work / "labeler_hf" / "config.json").exists()
+    labels = [json.loads(line) for line in (work / "labels.jsonl").read_text().splitlines()]
+    assert len(labels) == summary["heldout_episodes"] >= 3 and all("truth" in x for x in labels)
+    report = (work / "report.md").read_text()
+    assert "| exact match |" in report and "trained labeler - most frequent training utterance" in report
+    assert set(summary["rates"]) == {"most frequent training utterance", "nearest training episode's utterance",
+                                     "trained labeler"}
+
+
+def test_the_judge_offline_decides_each_rollout_from_its_verdict_token(tmp_path) -> None:
+    """`judge_rollouts` (the control: the judge on rollouts it never rewarded) renders each rollout with the
+    verifier's training prompt and decides SUCCESS when P(SUCCESS) >= 0.5 over the two verdict tokens (what
+    greedy decoding writes); a rollout too long for the judge is left out; `offline_matches_online` counts
+    the run's own verdicts the offline decision reproduces."""
+    from jaxwebrl.models import load_hf, load_tokenizer
+    from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+    from jaxwebrl.recipes.judge_loop import judge_rollouts, offline_matches_online
+    from jaxwebrl.recipes.judge_training import Example, JudgeTrainingConfig, judge_messages, verdict_scores
+    from jaxwebrl.judges.backends import render_prompt_ids
+    from judge_fixtures import CORPUS, trajectory
+
+    make_tiny_checkpoint(tmp_path, tiny_config("qwen3"), seed=3, std=0.5, corpus=CORPUS)
+    tok = load_tokenizer(tmp_path)
+    trajs = [trajectory(["click('12')"] * n, goal=f"Click on button {n}", task_id="miniwob.click-button",
+                        success=n % 2 == 0, episode_id=f"e{n}", judged_success=n == 1) for n in (1, 2, 3)]
+    trajs.append(trajectory(["click('12')"] * 150, episode_id="long", success=False))  # over seq_len
+    judged, scores = judge_rollouts(str(tmp_path), trajs, "bid", batch=2, seq_len=1024)
+    assert [t.metadata["episode_id"] for t in judged] == ["e1", "e2", "e3"] and len(scores) == 3
+    cfg, params = load_hf(tmp_path)
+    ids = [render_prompt_ids(tok, judge_messages(t, JudgeTrainingConfig(), "bid")) for t in trajs[:3]]
+    expected = verdict_scores(cfg, params, [Example(i, [], True, "t", 0) for i in ids], tok, batch=1)
+    assert np.allclose(scores, expected, atol=1e-5) and len(set(np.round(scores, 6))) == 3
+    assert [t.metadata["judged_success"] for t in judged] == [bool(s >= 0.5) for s in scores]
+    assert all(t.metadata["success"] == o.metadata["success"] for t, o in zip(judged, trajs))  # the rule's kept
+    same, n = offline_matches_online(trajs[:1], judged)
+    assert n == 1 and same == int(scores[0] >= 0.5)

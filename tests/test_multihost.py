@@ -1,7 +1,10 @@
 """Two real JAX processes on loopback (4 fake CPU devices each, gloo collectives), see multihost_worker.py:
 the hosts agree on one round's shape (different local batch counts and lengths), the sharded steps over
 both processes give the params of the same global batches on one device, and Orbax saves and restores the
-sharded state from both processes; `Trainer.train_on_samples` runs one round whose samples differ by host."""
+sharded state from both processes; `Trainer.train_on_samples` runs one round whose samples differ by host.
+`test_two_hosts_run_the_online_loop`: two iterations of online RL where each host runs its own Chromium,
+MiniWoB++ server and JaxEngine and produces a different number of samples (none at all in one round); the
+hosts agree on every update and both engines serve the same updated params."""
 
 from __future__ import annotations
 
@@ -34,20 +37,27 @@ def _report(out: str) -> dict:
     return json.loads(line[len("WORKER_REPORT "):])
 
 
-def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
+def _two_hosts(workdir: Path, *mode: str, timeout: float = 600) -> list[dict]:
+    """Run the worker as processes 0 and 1 (4 CPU devices each); their reports. A hang (a collective one host
+    skipped) fails after `timeout`; a crashed peer aborts the survivor after the 20 s heartbeat timeout."""
     port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, WORKER, str(i), "2", port, str(tmp_path)], env=_env(4), cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, WORKER, str(i), "2", port, str(workdir), *mode], env=_env(4),
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = []
     for p in procs:
         try:
-            out, err = p.communicate(timeout=240)
+            out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
             raise AssertionError("a worker hung (a collective one host skipped?)")
         assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
         outs.append(_report(out))
+    return outs
+
+
+def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
+    outs = _two_hosts(tmp_path)
     single = subprocess.run([sys.executable, WORKER, "0", "1", "0", str(tmp_path)], env=_env(1), cwd=ROOT,
                             capture_output=True, text=True, timeout=240)
     assert single.returncode == 0, single.stdout + single.stderr[-4000:]
@@ -78,3 +88,35 @@ def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
     assert (t0["samples"], t1["samples"]) == (10, 1)
     assert t0["seq_len"] == t1["seq_len"] == 256 and t0["optimizer_steps"] == t1["optimizer_steps"] >= 2
     assert t0["loss"] == t1["loss"] and t0["tokens"] == t1["tokens"] > 0
+    assert t0["empty_round_steps"] == t1["empty_round_steps"] == 0
+
+
+def test_two_hosts_run_the_online_loop(tmp_path: Path):
+    from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+
+    # the policy's checkpoint on the "shared filesystem", written before the hosts start (a host busy for
+    # more than 30 s before a collective's first call would time the other out in gloo's setup)
+    make_tiny_checkpoint(tmp_path / "tiny", tiny_config("qwen3", vocab_size=512))
+    h0, h1 = _two_hosts(tmp_path, "online")
+    print("online rounds", h0["rounds"], h1["rounds"])
+    (a0, b0), (a1, b1) = h0["rounds"], h1["rounds"]  # (iteration 0, iteration 1) of each host
+    # each host played its own episodes: 2 groups x 2 episodes, one turn each on host 0, up to three on host 1
+    assert a0["rollout/episodes"] == b0["rollout/episodes"] == a1["rollout/episodes"] == b1["rollout/episodes"] == 4
+    assert a0["train/samples_used"] == 4  # one sample per turn
+    assert a1["train/samples_used"] > 4 and b1["train/samples_used"] > 4  # host 1's longer episodes: more samples
+    assert b0["train/samples_used"] == 0  # in the second round all of host 0's groups were filtered out
+    for x, y in ((a0, a1), (b0, b1)):  # one agreed update per round: the same steps, length, global loss
+        assert x["train/optimizer_steps"] == y["train/optimizer_steps"] >= 1, (x, y)
+        assert x["train/seq_len"] == y["train/seq_len"] and x["train/loss"] == y["train/loss"], (x, y)
+        assert x["train/tokens"] == y["train/tokens"] > 0, (x, y)
+    assert a0["train/optimizer_steps"] >= 2  # host 1's samples filled more batches; host 0 padded with empty ones
+    # both engines were updated after each round and serve the same params, the trainer's after two updates
+    assert h0["engine_version"] == h1["engine_version"] == h0["trainer_step"] == h1["trainer_step"] >= 3
+    e0, e1 = np.load(tmp_path / "engine_params_0.npz"), np.load(tmp_path / "engine_params_1.npz")
+    trained, init = np.load(tmp_path / "trainer_params.npz"), np.load(tmp_path / "trainer_params_init.npz")
+    assert sorted(e0.files) == sorted(e1.files) == sorted(trained.files) and len(e0.files) > 5
+    assert all(np.array_equal(e0[k], e1[k]) and np.array_equal(e0[k], trained[k]) for k in e0.files)
+    assert any(not np.array_equal(trained[k], init[k]) for k in init.files)  # the updates moved the policy
+    for name in ("history", "rollouts"):  # each host kept its own records in the shared directory
+        assert [len((tmp_path / "rl" / f"{name}.host{i}.jsonl").read_text().splitlines()) for i in (0, 1)] == (
+            [2, 2] if name == "history" else [8, 8]), name

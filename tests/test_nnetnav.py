@@ -60,7 +60,10 @@ def suite():
 
 
 def steps_in(prompt: str) -> int:
-    """How many numbered trajectory lines the labeler / ORM prompt shows (the prefix length t)."""
+    """How many numbered trajectory lines the labeler / ORM prompt shows (the prefix length t); the verifier's
+    action history numbers its steps "Step n:"."""
+    if "Action history:" in prompt:
+        return len(re.findall(r"^Step \d+: ", prompt, flags=re.M))
     body = prompt.rsplit("Trajectory:", 1)[-1]
     return len(re.findall(r"^\d+\. ", body, flags=re.M))
 
@@ -79,6 +82,8 @@ class RuleJudge:
 
     @staticmethod
     def kind(prompt: str) -> str:
+        if "judge a web agent's episode" in prompt:  # the verifier trained here as the ORM
+            return "verdict"
         if "description of the changes" in prompt:
             return "summary"
         if "guess the instruction" in prompt:
@@ -566,3 +571,95 @@ def test_an_episode_that_cannot_start_is_recorded_and_the_others_run(policy, sui
     broken, ok = asyncio.run(go())
     assert broken.termination == "env_error" and broken.steps == 0 and broken.checks == []
     assert ok.steps == 4 and [c.outcome for c in ok.checks] == ["accepted"] and len(store.demos) == 1
+
+
+# ---- the judges trained here: rule summaries, a labeler of its own, the verifier as ORM --------------------------
+
+
+def test_page_diff_summary_names_the_element_and_the_lines_that_changed():
+    from jaxwebrl.recipes.nnetnav_summary import PageDiffSummarizer, describe_action, page_change
+
+    before = "RootWebArea 'Task'\n\t[12] button 'Submit'\n\t[13] StaticText 'hello'\n\t[14] textbox ''"
+    after = "RootWebArea 'Task'\n\t[12] button 'Submit' focused: True\n\t[15] StaticText 'Done'\n\t[14] textbox ''"
+    s = PageDiffSummarizer("bid")
+    # by hand: the element of id 12 on the page before, then added / removed lines without ids or indentation
+    assert s.summary(before, "click('12')", after) == (
+        "Clicked button 'Submit'. The page now shows: button 'Submit' focused: True; StaticText 'Done'. "
+        "It no longer shows: button 'Submit'; StaticText 'hello'.")
+    assert describe_action("fill('14', 'abc')", before) == "typed 'abc' into textbox ''"
+    boxes = "\t[3] checkbox 'k4' required: False checked: False"  # named by role and name, not its properties
+    assert describe_action("click('3')", boxes) == "clicked checkbox 'k4'"
+    assert describe_action("click('99')", before) == "clicked element not on the page"
+    assert describe_action("I think I will click", before) == "wrote no valid action"
+    assert page_change(before, before) == "The page did not change."
+    many = before + "".join(f"\n\t[{20 + i}] StaticText 'n{i}'" for i in range(5))
+    assert page_change(before, many, max_lines=2) == "The page now shows: StaticText 'n0'; StaticText 'n1' (+3 more)."
+    with pytest.raises(ValueError, match="2 actions need 3 pages"):
+        s.summaries([before, after], ["click('12')", "click('14')"])
+
+
+def test_exploration_with_a_labeler_of_its_own_and_the_verifier_as_orm(policy, suite, tmp_path):
+    # The parts the local measured run uses (configs/nnetnav_trained_judges.py): summaries by rule (no model
+    # call), the labeler on its own engine, the verifier as the ORM (SUCCESS accepts). Scripted judge models
+    # answer through the Engine protocol: the verifier accepts the 4-step prefix and rejects the 8-step one.
+    from jaxwebrl.judges.nnetnav import TrajectoryLabeler
+    from jaxwebrl.judges.verifier import VerifierJudge
+    from jaxwebrl.recipes.nnetnav_summary import PageDiffSummarizer
+
+    _, _, tok, _ = policy
+    labeler = RuleJudge(tok, lambda k, t: f"Instruction: scroll down {t} times" if k == "label" else "?")
+    orm = RuleJudge(tok, lambda k, t: ("SUCCESS" if t <= 4 else "NOT SUCCESS") if k == "verdict" else "?")
+    opts = JudgeOptions(timeout_s=5.0, retries=0)
+    judges = NNetNavJudges(PageDiffSummarizer("bid"), TrajectoryLabeler(EngineBackend(labeler, tok), opts),
+                           VerifierJudge(EngineBackend(orm, tok), opts))  # type: ignore[arg-type]
+    cfg = NNetNavConfig(max_steps=12, min_action_interval_s=0.0, seeds="0")
+    store = DemoStore(tmp_path / "nnetnav")
+    agent = AgentConfig(strategy="current_plus_history", prompt_format="bid", max_new_tokens=32, max_context_tokens=4096)
+
+    async def go():
+        async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=2), ENV) as pool:
+            return await explore(pool, ENV, ScriptedPolicy(tok, "bid", "bid", ["idle"]), tok,
+                                 [suite.get_task("miniwob.click-button")], [0], agent, cfg, judges, store,
+                                 personas=PERSONAS)
+
+    (out,) = asyncio.run(go())
+    assert out.steps == 8 and out.termination == "pruned"
+    assert [(c.t, c.outcome) for c in out.checks] == [(4, "accepted"), (8, "rejected")]
+    assert [k for k, _ in labeler.prompts] == ["label", "label"] and [k for k, _ in orm.prompts] == ["verdict"] * 2
+    (demo,) = store.demos
+    assert demo.instruction == "scroll down 4 times" and demo.prune_step == 4 and demo.orm_score == 1.0
+    assert len(demo.summaries) == 4 and all(x.startswith("Scroll") for x in demo.summaries), demo.summaries
+    # the labeler read the rule's summaries; the verifier read the label, the 4 actions and each one's feedback
+    assert demo.summaries[0] in tok.decode(labeler.prompts[0][1])
+    verdict_prompt = tok.decode(orm.prompts[0][1])
+    assert "Task instruction: scroll down 4 times" in verdict_prompt and "Step 4: scroll(" in verdict_prompt
+    assert verdict_prompt.count("Feedback: ") == 4, verdict_prompt
+
+
+def test_relabel_can_keep_the_explored_actions_without_a_stop_turn(policy):
+    class NoCalls:  # the policy engine: explored actions are kept, so nothing is generated
+        name = "no-calls"
+
+        async def generate(self, prompt_ids, params, *, session_id=None):
+            raise AssertionError("relabel_actions='explored' must not call the policy")
+
+    _, _, tok, _ = policy
+    agent = AgentConfig(strategy="current_plus_history", prompt_format="bid", max_new_tokens=12)
+    stop_judge = RuleJudge(tok, standard)
+    demos = [_demo(i, t) for i, t in enumerate([2, 3])]
+    trajs = asyncio.run(relabel(demos, NoCalls(), tok, agent, EngineBackend(stop_judge, tok), actions="explored",
+                                append_stop=False))
+    assert [len(t.turns) for t in trajs] == [2, 3] and stop_judge.prompts == []  # no stop turn, no stop prompt
+    for d, traj in zip(demos, trajs):
+        assert [tok.decode(t.response_ids, skip_special_tokens=True) for t in traj.turns] == [s.response for s in d.steps]
+        assert all(t.format_ok for t in traj.turns)
+        assert f"Task: {d.instruction}" in tok.decode(traj.turns[0].prompt_ids)
+    from jaxwebrl.fields import FieldError
+    from jaxwebrl.judges.config import JudgeConfig
+
+    verifier = JudgeConfig(kind="verifier", engine="jax", model_path="x")
+    with pytest.raises(FieldError, match="ORM only"):  # it writes no summaries or instructions
+        NNetNavConfig(judge=verifier, judge_uses_policy=False)
+    assert NNetNavConfig(judge=verifier, judge_uses_policy=False, summarizer="page_diff", labeler_path="y").labeler_path
+    with pytest.raises(FieldError, match="summarizer"):
+        NNetNavConfig(summarizer="llm")

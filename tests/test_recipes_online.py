@@ -197,3 +197,55 @@ def test_eval_script_evaluates_hf_and_orbax_checkpoints(quick_run, tmp_path):
     for r in evals.values():
         assert r["episodes"] == 4 and set(r["per_task"]) == {"miniwob.click-button", "miniwob.click-link"}
     assert "| task | bc/hf | rl/checkpoints |" in (out / "report.md").read_text()
+
+
+def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
+    """scripts/probe_demonstrated.py against an independent path: the JaxEngine's greedy generation on each
+    demonstration prompt writes the probe's first answer token, and the demonstrated response exactly when
+    the probe passes the turn."""
+    import asyncio
+    import pickle
+    import subprocess
+    import sys
+
+    from jaxwebrl.engines.base import SamplingParams
+    from jaxwebrl.engines.jax_engine import JaxEngine
+    from jaxwebrl.models import load_tokenizer
+    from jaxwebrl.recipes.demos import render_demonstrations
+
+    cfg, _ = quick_run
+    bc = Path(cfg.workdir) / "bc" / "hf"
+    cache, out = tmp_path / "demos.pkl", tmp_path / "probe.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "probe_demonstrated.py"), "--policy", str(bc), "--seeds", "2",
+         "--cache", str(cache), "--json", str(out), "--config.quick=true", "--config.env.contexts_per_browser=4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| task | bc/hf |" in proc.stdout and "first action right" in proc.stdout  # named <parent>/hf
+    episodes = json.loads(out.read_text())["bc/hf"]
+    demos = pickle.loads(cache.read_bytes())
+    assert len(demos) == 4 and set(episodes) == {f"{d.task_id}@{d.seed}" for d in demos}  # 2 tasks x 2 test seeds
+    tok = load_tokenizer(bc)
+    trajs = render_demonstrations(demos, tok, cfg.agent)
+
+    async def greedy() -> list[list[int]]:
+        engine = JaxEngine.from_checkpoint(str(bc), num_slots=4, max_len=1024, tokenizer=tok)
+        try:
+            params = [SamplingParams(temperature=0.0, max_new_tokens=len(t.response_ids)) for tr in trajs for t in tr.turns]
+            gens = await asyncio.gather(*(engine.generate(t.prompt_ids, p) for t, p in
+                                          zip([t for tr in trajs for t in tr.turns], params)))
+            return [g.token_ids for g in gens]
+        finally:
+            await engine.close()
+
+    written = iter(asyncio.run(greedy()))
+    compared = 0
+    for d, tr in zip(demos, trajs):
+        e = episodes[f"{d.task_id}@{d.seed}"]
+        for k, turn in enumerate(tr.turns):
+            ids = next(written)
+            assert ids[0] == e["answers"][k][0]
+            assert (ids == list(turn.response_ids)) == e["turns"][k], (d.task_id, d.seed, k)
+            compared += 1
+        assert e["every"] == all(e["turns"])
+    assert compared >= 4

@@ -90,3 +90,25 @@ def test_masked_trajectories_do_not_enter_group_statistics():
     assert not c.add(ts[3:]) and c.dropped == 1
     with pytest.raises(ValueError, match="present has 2 entries for 3 rewards"):
         group_advantages([1, 0, 1], ["g"] * 3, present=[True, False])
+
+
+def test_step_discount_tells_a_success_at_once_from_one_after_wasted_steps():
+    """reward.step_discount: success x gamma ** (turns - 1), worked by hand; penalties and failures unchanged."""
+    from jaxwebrl.config import ConfigError
+    from jaxwebrl.recipes.config import RewardConfig
+    from jaxwebrl.recipes.papers import get_recipe
+    from jaxwebrl.recipes.registry import accept_group, assign_rewards
+
+    recipe = get_recipe("webagent_r1")
+    group = [_traj("a", 0, n=1, metadata={"success": True}), _traj("a", 0, n=3, metadata={"success": True}),
+             _traj("a", 0, n=6, metadata={"success": False, "raw_reward": -1.0})]
+    assert not accept_group(recipe, group[:2], dynamic_sampling=True)  # undiscounted: both 1, no signal
+    assign_rewards(recipe, group, "rule", step_discount=0.5)
+    assert [t.reward for t in group] == [1.0, 0.25, 0.0]
+    assert accept_group(recipe, group[:2], dynamic_sampling=True, step_discount=0.5)
+    adv = assign_group_advantages(group[:2], eps=0.0)
+    assert adv[0].advantage == pytest.approx(1.0) and adv[1].advantage == pytest.approx(-1.0)
+    assign_rewards(recipe, group, "raw", step_discount=0.5)  # MiniWoB's -1 for a wrong submit is not softened
+    assert group[2].reward == -1.0
+    with pytest.raises(ConfigError, match=r"step_discount: 0 is not in \(0, 1\]"):
+        RewardConfig(step_discount=0)

@@ -45,9 +45,11 @@ samples = build_samples(trajs, per="turn", norm="token_mean")
 assert [len(s.images or []) for s in samples] == [1, 0, 2, 1]
 # rows split over data x fsdp = 4: micro-batches of 4; the second holds only empty rows (and no image)
 batch = vl_batch(cfg, samples, proc, accum=2, micro_batch=4, seq_len=128)
-assert batch["tokens"].shape == (2, 4, 128) and batch["mrope_positions"].shape == (2, 3, 4, 128)
-P = batch["vision"]["pixel_values"].shape[1]
-assert P >= sum(int(np.prod(im.grid_thw)) for s in samples for im in (s.images or [])) and P % 4 == 0
+assert batch["tokens"].shape == (2, 4, 128) and batch["mrope_positions"].shape == (2, 4, 3, 128)
+P = batch["vision"]["pixel_values"].shape[2]  # each row's own patches, bucketed by the row with the most
+per_row = [sum(int(np.prod(im.grid_thw)) for im in (s.images or [])) for s in samples]
+assert P >= max(per_row) and P & (P - 1) == 0 and batch["vision"]["pixel_values"].shape == (2, 4, P, cfg.vision.patch_dim)
+assert [int((batch["vision"]["segment"][0, b] > 0).sum()) for b in range(4)] == per_row
 assert (batch["vision"]["segment"][1] == 0).all() and batch["loss_mask"][1].sum() == 0
 
 # the loss by hand: each sample alone through the model's forward

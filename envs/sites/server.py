@@ -1,6 +1,7 @@
 """A tiny stdlib HTTP server for the local sites: one ThreadingHTTPServer per site on 127.0.0.1 (so each
 site is its own origin), a daemon thread each, and per-visitor state keyed by a `sid` cookie so parallel
-browser contexts (own cookie jars) never see each other's carts, orders or posts.
+browser contexts (own cookie jars) never see each other's carts, orders or posts. An optional `PageLatency`
+holds each page (not the static files) for a heavy-tailed delay on its request thread (envs/sites/latency.py).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import html
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -16,6 +18,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from envs.http_logging import LoggingHTTPServer, LoggingRequestHandlerMixin
+from envs.sites.latency import PageLatency
 
 STATIC = Path(__file__).with_name("static")
 logger = logging.getLogger("envs.http")
@@ -64,10 +67,12 @@ Handler = Callable[[Request], Response]
 
 
 class SiteServer:
-    """Serve `handler` on 127.0.0.1:`port` (0 = any free port). `url` is the origin, no trailing slash."""
+    """Serve `handler` on 127.0.0.1:`port` (0 = any free port). `url` is the origin, no trailing slash.
+    `latency`: delay every page by a draw from it (static files are not delayed)."""
 
-    def __init__(self, handler: Handler, port: int = 0) -> None:
+    def __init__(self, handler: Handler, port: int = 0, latency: PageLatency | None = None) -> None:
         self.handler = handler
+        self.latency = latency
         self.states: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
         outer = self
@@ -79,6 +84,8 @@ class SiteServer:
                 parts = urlsplit(self.path)
                 if parts.path.startswith("/static/"):
                     return self._static(parts.path[len("/static/"):])
+                if outer.latency is not None:  # the server's think time: this request's thread waits, no CPU
+                    time.sleep(outer.latency.draw())
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length).decode("utf-8", "replace") if length else ""
                 form = parse_qs(raw, keep_blank_values=True) if method == "POST" else {}

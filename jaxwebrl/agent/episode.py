@@ -143,7 +143,8 @@ async def _run_episode(
     start = time.perf_counter()
     turns: list[Turn] = []
     past: list[StepRecord] = []
-    termination, format_errors_in_row, versions = "max_steps", 0, [policy_version]
+    # the weights version of every turn's first token (the oldest in it) and of its last
+    termination, format_errors_in_row, versions = "max_steps", 0, []
     last_pieces: list[list[int]] = []
     turn_infos: list[dict[str, Any]] = []  # per turn, for the trajectory viewer
     feedback: list[str] = []  # per turn, the environment's feedback on the action (judges read it)
@@ -159,9 +160,11 @@ async def _run_episode(
         timer.add("episode", time.perf_counter() - start)
         traj = Trajectory(
             task_id=getattr(task, "task_id", str(task)), turns=turns, reward=reward, group_id=group_id or episode_id,
-            termination=reason, policy_version=min(versions),
+            # the oldest weights that produced a token; an episode without a turn keeps the version it began on
+            termination=reason, policy_version=min((t.policy_version for t in turns), default=policy_version),
             metadata={"seed": seed, "goal": getattr(env, "goal", ""), "success": success, "steps": len(turns),
-                      "episode_id": episode_id, "policy_versions": sorted(set(versions)), TURN_INFO_KEY: turn_infos,
+                      "episode_id": episode_id, "policy_versions": sorted(set(versions) or {policy_version}),
+                      TURN_INFO_KEY: turn_infos,
                       "answer": getattr(env, "answer", None), "feedback": list(feedback),
                       "final_observation": final_observation,
                       "rule_evaluator": bool(getattr(task, "has_rule_evaluator", True)), **(info or {})},
@@ -208,7 +211,7 @@ async def _run_episode(
         if gen.finish_reason == "context_length":
             termination = "context_overflow"
             break
-        versions.append(gen.final_policy_version)
+        versions += [gen.policy_version, gen.final_policy_version]
         text = renderer.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         result = await _timed(timer, "browser", limits, "execute", env.step(text))
         format_ok = fmt.format_ok(text) and not result.format_error
@@ -217,7 +220,7 @@ async def _run_episode(
         turn_infos.append(turn_info(messages[-1].content, current.observation, result, cfg.viewer_screenshots))
         turns.append(Turn(
             prompt_ids=list(rendered.ids), response_ids=list(gen.token_ids), response_logprobs=list(gen.logprobs),
-            observation=current.observation.text, action=text, format_ok=format_ok,
+            policy_version=gen.policy_version, observation=current.observation.text, action=text, format_ok=format_ok,
             observation_digest=observation_digest(current.observation),
             images=[TurnImage.of(im.data, im.grid_thw, im.pixel_values) for im in rendered.images] or None,
         ))
@@ -242,4 +245,6 @@ async def _run_episode(
         ev = await _timed(timer, "browser", limits, "evaluate", env.evaluate())
     except Exception as exc:  # an evaluator that cannot read the page: the episode is unusable, not fatal
         return finish("env_error", info={"error": f"evaluate failed: {exc}"})
+    if getattr(env, "termination_reason", None) == "env_error":  # the browser was lost before evaluation
+        return finish("env_error", info={"error": getattr(env, "error", None)})
     return finish(termination, success=bool(ev.success), reward=float(ev.success), info={"raw_reward": ev.reward})

@@ -7,9 +7,11 @@ has the default the tests and benchmarks use.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from jaxwebrl.browser.actions import ACTION_SPACES
 from jaxwebrl.fields import FieldError, at_least, one_of, positive
@@ -35,13 +37,35 @@ def find_chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+REMOTE_CHROMIUM_BUNDLED = "playwright"  # env.remote_chromium: the server's own `playwright install` build
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an IP literal) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def endpoint_host(url: str) -> str:
+    return urlsplit(url).hostname or ""
+
+
 @dataclass(frozen=True)
 class PoolConfig:
     """How many browsers, how many contexts each, and where they come from.
 
-    `remote_endpoints` (ws:// urls of `playwright run-server`) replace local launches when non-empty: one
-    connection per endpoint, `contexts_per_browser` contexts on each. `max_idle_contexts` bounds the finished
-    contexts kept for reuse by tasks that allow it (None: `capacity`; 0: never reuse).
+    `remote_endpoints` (ws:// urls of `playwright run-server --unsafe`) replace local launches when non-empty:
+    one connection per endpoint, contexts spread over the live ones (least loaded first); `capacity` is
+    `contexts_per_browser` per endpoint. A lost browser (crash, or a remote server gone) is reconnected or
+    relaunched in the background, waiting `reconnect_backoff_s` after the first failed try, doubling up to
+    `reconnect_backoff_max_s`. `remote_executable_path` is the Chromium the servers launch (None: the
+    server's own Playwright build). `egress_host` is the address the egress gateway binds and the browsers
+    dial (a remote browser must reach it). `max_idle_contexts` bounds the finished contexts kept for reuse by
+    tasks that allow it (None: `capacity`; 0: never reuse).
     """
 
     num_browsers: int = 1
@@ -50,8 +74,12 @@ class PoolConfig:
     args: tuple[str, ...] = DEFAULT_CHROMIUM_ARGS
     headless: bool = True
     remote_endpoints: tuple[str, ...] = ()
+    remote_executable_path: str | None = field(default_factory=find_chromium)
+    egress_host: str = "127.0.0.1"
     launch_timeout_s: float = 30.0
     relaunch_attempts: int = 3
+    reconnect_backoff_s: float = 1.0
+    reconnect_backoff_max_s: float = 60.0
     max_idle_contexts: int | None = None
 
     def validate(self) -> None:
@@ -62,6 +90,15 @@ class PoolConfig:
             raise ValueError("PoolConfig.contexts_per_browser must be >= 1")
         if self.max_idle_contexts is not None and self.max_idle_contexts < 0:
             raise ValueError("PoolConfig.max_idle_contexts must be >= 0 (0 turns context reuse off) or None")
+        if not 0 < self.reconnect_backoff_s <= self.reconnect_backoff_max_s:
+            raise ValueError("PoolConfig.reconnect_backoff_s must be > 0 and <= reconnect_backoff_max_s")
+        if len(set(self.remote_endpoints)) != len(self.remote_endpoints):
+            raise ValueError(f"PoolConfig.remote_endpoints lists an endpoint twice: {self.remote_endpoints}")
+        far = [u for u in self.remote_endpoints if not is_loopback(endpoint_host(u))]
+        if far and is_loopback(self.egress_host):
+            raise ValueError(
+                f"PoolConfig.egress_host={self.egress_host!r} is loopback, so the browsers at {far[0]} cannot reach "
+                "the egress gateway (every page load would fail); set it to this host's address they can reach")
         if not self.remote_endpoints and not self.executable_path:
             raise ValueError(
                 "PoolConfig.executable_path: no Chromium found; install it (apt-get install chromium) "
@@ -151,7 +188,19 @@ class BrowserConfig:
     device_scale_factor: float = 1.0  # device pixels per CSS pixel (OpenWebRL: 1); screenshots scale with it
     num_browsers: int = 1
     contexts_per_browser: int = 8
+    # Remote browser fleet: comma-separated ws:// urls of `playwright run-server --unsafe` servers (replace local
+    # launches; `contexts_per_browser` contexts each). A lost server is retried with exponential backoff
+    # (remote_backoff_s doubling up to remote_backoff_max_s); its running episodes end `env_error` (masked).
     remote_endpoints: str = ""
+    # The Chromium the servers launch: "" = the path this host would launch (find_chromium: $JAXWEBRL_CHROMIUM or
+    # chromium on PATH; one image on every host), "playwright" = the server's own `playwright install chromium`,
+    # else a path on the server hosts.
+    remote_chromium: str = ""
+    remote_backoff_s: float = 1.0
+    remote_backoff_max_s: float = 60.0
+    # Where the egress gateway (the allowlisting proxy every context goes through) listens and the browsers dial:
+    # loopback for local browsers; this host's address reachable from the servers for a remote fleet.
+    egress_host: str = "127.0.0.1"
     action_timeout_s: float = 5.0
     step_timeout_s: float = 45.0  # parse + execute + observe of one step
     allow_data_urls: bool = False  # let the agent open data:/about: pages (off: the allowlist never saw them)
@@ -168,9 +217,22 @@ class BrowserConfig:
             raise FieldError("device_scale_factor", f"{self.device_scale_factor} is outside 0.25..4",
                              "use 1 (OpenWebRL) or 2 (a high-density screen)")
         for url in self.endpoints:
-            if not url.startswith(("ws://", "wss://")):
+            if not url.startswith(("ws://", "wss://")) or not endpoint_host(url):
                 raise FieldError("remote_endpoints", f"{url!r} is not a websocket url",
                                  "give `playwright run-server` endpoints as ws://host:port/, comma-separated")
+        if len(set(self.endpoints)) != len(self.endpoints):
+            raise FieldError("remote_endpoints", "an endpoint is listed twice", "list each server once")
+        positive("remote_backoff_s", self.remote_backoff_s)
+        at_least("remote_backoff_max_s", self.remote_backoff_max_s, self.remote_backoff_s,
+                 "the longest wait between reconnection tries cannot be shorter than the first")
+        if ":" in self.egress_host or not self.egress_host:
+            raise FieldError("egress_host", f"{self.egress_host!r} is not an IPv4 address or host name",
+                             "give the address the browsers dial, e.g. 127.0.0.1 or 10.0.0.5 (IPv6 is not supported)")
+        far = [u for u in self.endpoints if not is_loopback(endpoint_host(u))]
+        if far and is_loopback(self.egress_host):
+            raise FieldError("egress_host", f"{self.egress_host!r} is loopback, so the browsers at {far[0]} cannot reach "
+                             "the egress gateway on this host (every page load would fail)",
+                             "set env.egress_host to this host's address that the browser servers can reach")
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -186,5 +248,9 @@ class BrowserConfig:
                          episode_timeout_s=episode_timeout_s, allow_data_urls=self.allow_data_urls)
 
     def pool_config(self) -> PoolConfig:
+        remote_exe = (None if self.remote_chromium == REMOTE_CHROMIUM_BUNDLED
+                      else self.remote_chromium or find_chromium())
         return PoolConfig(num_browsers=self.num_browsers, contexts_per_browser=self.contexts_per_browser,
-                          remote_endpoints=self.endpoints)
+                          remote_endpoints=self.endpoints, remote_executable_path=remote_exe,
+                          egress_host=self.egress_host, reconnect_backoff_s=self.remote_backoff_s,
+                          reconnect_backoff_max_s=self.remote_backoff_max_s)

@@ -5,7 +5,8 @@ handlers see only the first url of a redirect chain, worker WebSockets and preco
 `data:` page never reaches them. Chromium's network stack does not leak that way, so the gate sits there:
 
 - The pool binds one proxy port per context it may hold (`EgressGateway`, started with the pool) and every
-  context is created with `proxy=http://127.0.0.1:<its port>`. Each port carries the allowlist of the episode
+  context is created with `proxy=http://<host>:<its port>` (host: loopback, or for remote browsers this
+  host's address they can reach, `env.egress_host`). Each port carries the allowlist of the episode
   that owns it, so different tasks in one browser get different allowlists. Each request, redirect hop,
   WebSocket and worker connection is a separate proxy request that is checked (CONNECT is checked by
   host:port); anything else gets `403` and never reaches the network.
@@ -41,10 +42,12 @@ class _Port:
 
 
 class EgressGateway:
-    """`size` loopback proxy ports; `acquire(allowlist)` gives a context its own. Start with `await start()`."""
+    """`size` proxy ports on `host` (loopback unless remote browsers must reach them); `acquire(allowlist)`
+    gives a context its own. Start with `await start()`."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, host: str = "127.0.0.1") -> None:
         self.size = size
+        self.host = host
         self.ports: list[_Port] = []
         self._free: list[_Port] = []
         self.forwarded = 0
@@ -54,7 +57,7 @@ class EgressGateway:
         for _ in range(self.size):
             holder: list[_Port] = []
             server = await asyncio.start_server(
-                lambda r, w, h=holder: self._serve(h[0], r, w), "127.0.0.1", 0, limit=MAX_HEAD_BYTES)
+                lambda r, w, h=holder: self._serve(h[0], r, w), self.host, 0, limit=MAX_HEAD_BYTES)
             p = _Port(server, server.sockets[0].getsockname()[1])
             holder.append(p)
             self.ports.append(p)
@@ -70,8 +73,12 @@ class EgressGateway:
 
     def resolver_rules(self) -> str:
         """The `--host-resolver-rules` value: the gateway's ports resolve, nothing else does."""
-        maps = [f"MAP 127.0.0.1:{p.port} 127.0.0.1:{p.port}" for p in self.ports]
+        maps = [f"MAP {self.host}:{p.port} {self.host}:{p.port}" for p in self.ports]
         return ", ".join([*maps, "MAP * ~NOTFOUND"])
+
+    def proxy_url(self, port: int) -> str:
+        """The proxy a context with gateway port `port` is created with."""
+        return f"http://{self.host}:{port}"
 
     def acquire(self, allowlist: Allowlist) -> int:
         """A free port that from now on forwards exactly what `allowlist` allows."""

@@ -236,14 +236,24 @@ class BrowserEnv:
         return StepResult(obs, "\n".join(feedback), format_error, self.done, self.answer, self.termination_reason, actions)
 
     async def evaluate(self) -> EvalResult:
-        """Score the episode; 0 for env_error or when the evaluator itself fails."""
+        """Score the episode; 0 for env_error or when the evaluator itself fails. A browser lost after the
+        last step (crash, a remote server gone) makes the episode an env_error here: the page is gone, so
+        the 0 would be the infrastructure's, not the policy's."""
         if self.task is None:
             raise RuntimeError("evaluate before reset")
         if self.termination_reason == "env_error" or self.session is None:
             return EvalResult(0.0, False, {"termination_reason": self.termination_reason, "error": self.error})
+        if self.lease.crashed:
+            return self._lost_before_evaluation()
         try:
             res = await asyncio.wait_for(self.task.evaluate(self.session, self.answer), self.config.step_timeout_s)
         except Exception as exc:
+            if self.lease.crashed or not self.lease.connected():
+                return self._lost_before_evaluation()
             return EvalResult(0.0, False, {"error": f"evaluator failed: {type(exc).__name__}: {exc}"})
         res.info.setdefault("termination_reason", self.termination_reason)
         return res
+
+    def _lost_before_evaluation(self) -> EvalResult:
+        self.termination_reason, self.error = "env_error", "the browser was lost before the episode was evaluated"
+        return EvalResult(0.0, False, {"termination_reason": "env_error", "error": self.error})

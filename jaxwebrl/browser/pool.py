@@ -16,13 +16,20 @@ At most `capacity` envs exist at once (`new_env` waits for a free slot). Each `r
 parked (at most `max_idle_contexts`) and the next reset for the same origins and EnvConfig navigates the
 parked tab again, which costs a page load (~0.08 s) instead of a new context (~0.36 s). Browsers are
 launched locally (`executable_path`, one process each) or, when `remote_endpoints` are given, connected to
-`playwright run-server` endpoints. When a browser disconnects (crash, kill) its running envs are marked so
-their episode ends with `env_error`, and the browser is relaunched in the background; a step that times
-out triggers a health probe that kills and relaunches a hung browser.
+`playwright run-server --unsafe` endpoints (a browser fleet on CPU hosts). When a browser disconnects
+(crash, kill, a remote server or its host gone) its running envs are marked so their episode ends with
+`env_error` (masked: not the policy's failure), new contexts go to the live browsers, and the lost one is
+relaunched or reconnected in the background with exponential backoff (`reconnect_backoff_s` doubling up to
+`reconnect_backoff_max_s`) until it is back and takes contexts again; a step that times out triggers a
+health probe that kills and relaunches a hung browser. At start every endpoint must answer: one refusing
+it stops the pool with a `RemoteEndpointError` naming `config.env.remote_endpoints`, the url and the fix
+(a fleet that starts short would look like a slow run). A remote server must honour the launch options
+(Chromium path, egress flags): the pool reads the browser's command line back and refuses one that does not.
 
 Egress: the pool starts an `EgressGateway` (egress.py) with one loopback proxy port per context it can hold;
-every context is created with its own port as proxy, carrying that episode's allowlist, and local browsers
-are launched with host-resolver rules under which only those ports resolve, plus WebRTC disabled. So the
+every context is created with its own port as proxy, carrying that episode's allowlist, and every browser
+(local or remote) is launched with host-resolver rules under which only those ports resolve, plus WebRTC
+disabled. Remote browsers dial the gateway at `egress_host`. So the
 allowlists are per context while the browser is launched once per pool, and nothing outside an episode's
 allowlist is reachable from any page, frame, worker or redirect.
 """
@@ -31,9 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
+import logging
 import os
 import signal
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +59,46 @@ from jaxwebrl.browser.safety import Allowlist
 from jaxwebrl.browser.session import BrowserSession
 from jaxwebrl.browser.task import Task
 
+log = logging.getLogger(__name__)
+REMOTE_FIELD = "config.env.remote_endpoints"
+# read back from a remote browser's command line: proof that the server applied our launch options
+AUTOMATION_FLAG = "--enable-automation"
+
+
+class RemoteEndpointError(ConnectionError):
+    """A remote browser server cannot serve this pool (refused, unreachable, ignores launch options)."""
+
+
+def _server_command(url: str) -> str:
+    port = (url.split("://", 1)[-1].split("/", 1)[0].rpartition(":")[2]) or "PORT"
+    try:
+        version = importlib.metadata.version("playwright")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        version = "this client's"
+    return (f"`python -m playwright run-server --port {port} --host 0.0.0.0 --unsafe` with playwright=={version} "
+            "(the client's version)")
+
+
+def explain_endpoint_error(url: str, exc: BaseException) -> str:
+    """One line: what went wrong with remote endpoint `url` and the fix."""
+    text = str(exc)
+    if "ECONNREFUSED" in text or isinstance(exc, ConnectionRefusedError):
+        why = "refused the connection (no browser server listens there)"
+    elif "Executable doesn't exist" in text:
+        why = ("launched a Chromium that is not installed there: a server started without --unsafe drops the "
+               "Chromium path this pool sends (env.remote_chromium), or that path is missing on that host")
+    elif "--enable-automation not set" in text or "ignores launch options" in text:
+        why = ("ignores this pool's launch options (started without --unsafe): its browsers would lack the egress "
+               "lock (--host-resolver-rules) and the WebRTC flags")
+    elif "version mismatch" in text:
+        versions = [ln.strip(" ║-") for ln in text.splitlines() if "version: v" in ln]
+        why = f"runs another Playwright version ({', '.join(versions) or 'version mismatch'})"
+    elif isinstance(exc, asyncio.TimeoutError) or "Timeout" in text:
+        why = "did not answer in time (host down or firewalled?)"
+    else:
+        why = f"failed: {type(exc).__name__}: {text.strip().splitlines()[0][:300] if text.strip() else ''}"
+    return f"{url} {why}; fix: start {_server_command(url)} on that host, or remove it from {REMOTE_FIELD}"
+
 
 @dataclass(eq=False)
 class _Slot:
@@ -61,7 +111,10 @@ class _Slot:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     contexts: set[BrowserContext] = field(default_factory=set)
     envs: set[BrowserEnv] = field(default_factory=set)  # envs whose session lives in this browser
-    launches: int = 0
+    launches: int = 0  # successful launches / connections
+    losses: int = 0  # disconnects while the pool ran (crash, kill, remote server gone)
+    opened: int = 0  # contexts created in this slot, ever
+    last_error: str = ""  # why the last launch / connection attempt failed
     relaunching: bool = False
     opening: int = 0  # contexts being created right now: counted so concurrent resets spread over browsers
 
@@ -153,13 +206,24 @@ class BrowserPool:
         self._closing = False
         self.crashes = 0
         # one proxy port per context the pool may hold: live envs plus parked contexts
-        self.gateway = EgressGateway(self.config.capacity + self._idle_limit)
+        self.gateway = EgressGateway(self.config.capacity + self._idle_limit, host=self.config.egress_host)
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> "BrowserPool":
+        """Launch or connect every browser; a remote endpoint that fails stops the start with one error
+        listing every failing endpoint and its fix."""
         await self.gateway.start()
         self._pw = await async_playwright().start()
-        await asyncio.gather(*(self._launch(s) for s in self.slots))
+        results = await asyncio.gather(*(self._launch(s) for s in self.slots), return_exceptions=True)
+        failed = [(s, r) for s, r in zip(self.slots, results) if isinstance(r, BaseException)]
+        if failed:
+            await self.close()
+            remote = [r for _, r in failed if isinstance(r, RemoteEndpointError)]
+            if remote:
+                lines = "\n  ".join(str(r) for r in remote)
+                raise RemoteEndpointError(f"{REMOTE_FIELD}: {len(remote)} of {len(self.slots)} browser servers cannot "
+                                          f"be used:\n  {lines}") from remote[0]
+            raise failed[0][1]
         return self
 
     async def __aenter__(self) -> "BrowserPool":
@@ -188,37 +252,77 @@ class BrowserPool:
         await self.gateway.close()
 
     def launch_args(self) -> list[str]:
-        """Chromium flags: the configured ones, the egress lock (only the gateway's ports resolve) and no
-        WebRTC over UDP."""
-        return [*self.config.args, f"--host-resolver-rules={self.gateway.resolver_rules()}", *WEBRTC_ARGS]
+        """Chromium flags: the configured ones, the egress lock (only the gateway's ports resolve), no
+        WebRTC over UDP, and `--enable-automation` (lets the pool read a remote browser's command line back;
+        navigator.webdriver is true under Playwright either way)."""
+        return [*self.config.args, f"--host-resolver-rules={self.gateway.resolver_rules()}", *WEBRTC_ARGS,
+                AUTOMATION_FLAG]
 
     async def _launch(self, slot: _Slot) -> None:
+        """Start (local, `relaunch_attempts` tries) or connect (remote, one try) the slot's browser."""
         assert self._pw is not None
         cfg = self.config
-        last: Exception | None = None
-        for _ in range(cfg.relaunch_attempts):
-            try:
-                if slot.endpoint:
-                    opts = {"executablePath": cfg.executable_path, "args": self.launch_args(), "headless": cfg.headless}
-                    browser = await self._pw.chromium.connect(
-                        slot.endpoint, timeout=cfg.launch_timeout_s * 1000,
-                        headers={"x-playwright-launch-options": json.dumps({k: v for k, v in opts.items() if v is not None})},
-                    )
-                else:
+        if slot.endpoint:
+            browser = await self._connect(slot)
+        else:
+            last: Exception | None = None
+            for _ in range(cfg.relaunch_attempts):
+                try:
                     browser = await self._pw.chromium.launch(
                         executable_path=cfg.executable_path, args=[*self.launch_args(), slot.marker],
                         headless=cfg.headless, timeout=cfg.launch_timeout_s * 1000,
                     )
-                break
-            except Exception as exc:  # retry; a bad config fails after `relaunch_attempts`
-                last = exc
-                await asyncio.sleep(0.5)
-        else:
-            raise RuntimeError(f"could not start browser {slot.index}: {last}")
+                    break
+                except Exception as exc:  # retry; a bad config fails after `relaunch_attempts`
+                    last = exc
+                    await asyncio.sleep(0.5)
+            else:
+                slot.last_error = f"{type(last).__name__}: {last}"
+                raise RuntimeError(f"could not start browser {slot.index}: {last}")
+        if self._closing:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(browser.close(), 5)
+            return
         slot.browser = browser
         slot.launches += 1
+        slot.last_error = ""
         browser.on("disconnected", lambda b, s=slot: self._on_disconnect(s, b))
         slot.ready.set()
+
+    async def _connect(self, slot: _Slot) -> Browser:
+        """Connect to the slot's `playwright run-server`, which launches a Chromium with this pool's options;
+        check that it applied them. Raises `RemoteEndpointError` (the url, what failed, the fix)."""
+        assert self._pw is not None and slot.endpoint
+        cfg = self.config
+        opts = {"executablePath": cfg.remote_executable_path, "args": self.launch_args(), "headless": cfg.headless,
+                "timeout": cfg.launch_timeout_s * 1000}
+        browser: Browser | None = None
+        try:
+            browser = await asyncio.wait_for(self._pw.chromium.connect(
+                slot.endpoint, timeout=cfg.launch_timeout_s * 1000,
+                headers={"x-playwright-launch-options": json.dumps({k: v for k, v in opts.items() if v is not None})},
+            ), cfg.launch_timeout_s + 5)
+            await self._check_launch_options(browser)
+            return browser
+        except Exception as exc:
+            if browser is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(browser.close(), 5)
+            slot.last_error = explain_endpoint_error(slot.endpoint, exc)
+            raise RemoteEndpointError(slot.last_error) from exc
+
+    async def _check_launch_options(self, browser: Browser) -> None:
+        """A server started without --unsafe drops `args` silently; the command line shows whether the egress
+        lock is in place (Chromium returns it only when our --enable-automation arrived)."""
+        cdp = await browser.new_browser_cdp_session()
+        try:
+            line = await asyncio.wait_for(cdp.send("Browser.getBrowserCommandLine"), self.config.launch_timeout_s)
+        finally:
+            with contextlib.suppress(Exception):
+                await cdp.detach()
+        rules = f"--host-resolver-rules={self.gateway.resolver_rules()}"
+        if rules not in line.get("arguments", []):
+            raise RuntimeError("the browser server ignores launch options: the egress lock is missing")
 
     def _on_disconnect(self, slot: _Slot, browser: Browser) -> None:
         if browser is not slot.browser:
@@ -237,19 +341,35 @@ class BrowserPool:
         if self._closing:
             return
         self.crashes += 1
+        slot.losses += 1
+        if slot.endpoint:
+            log.warning("browser server %s disconnected; its running episodes end env_error, new ones go to the "
+                        "%d live servers; reconnecting with backoff", slot.endpoint,
+                        sum(1 for s in self.slots if s.ready.is_set()))
         self._spawn(self._relaunch(slot))
 
     async def _relaunch(self, slot: _Slot) -> None:
+        """Relaunch / reconnect until it works or the pool closes: the first retry at once, then waits of
+        `reconnect_backoff_s`, doubling up to `reconnect_backoff_max_s`."""
         if slot.relaunching:
             return
         slot.relaunching = True
+        delay, t0, tries = self.config.reconnect_backoff_s, time.monotonic(), 0
         try:
             while not self._closing:
+                tries += 1
                 try:
                     await self._launch(slot)
+                    if slot.endpoint:
+                        log.warning("browser server %s is back after %.1f s (%d tries); it takes new contexts",
+                                    slot.endpoint, time.monotonic() - t0, tries)
                     return
-                except Exception:
-                    await asyncio.sleep(2.0)
+                except Exception as exc:
+                    slot.last_error = slot.last_error or f"{type(exc).__name__}: {exc}"
+                    log.debug("reconnecting browser %d (%s) failed: %s", slot.index, slot.endpoint or "local",
+                              slot.last_error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.reconnect_backoff_max_s)
         finally:
             slot.relaunching = False
 
@@ -296,7 +416,7 @@ class BrowserPool:
     async def _new_context(self, env: BrowserEnv | None, config: EnvConfig,
                            allowlist: Allowlist) -> tuple[_Slot, BrowserContext, int]:
         for _ in range(3):
-            live = [s for s in self.slots if s.ready.is_set() and s.browser is not None]
+            live = [s for s in self.slots if s.ready.is_set() and self._connected(s)]
             if not live:
                 waiters = [asyncio.ensure_future(s.ready.wait()) for s in self.slots]
                 try:
@@ -316,7 +436,7 @@ class BrowserPool:
                 ctx = await asyncio.wait_for(
                     browser.new_context(viewport={"width": vw, "height": vh}, accept_downloads=False,
                                         device_scale_factor=config.device_scale_factor,
-                                        service_workers="block", proxy={"server": f"http://127.0.0.1:{port}"}),
+                                        service_workers="block", proxy={"server": self.gateway.proxy_url(port)}),
                     self.config.launch_timeout_s,
                 )
             except Exception:
@@ -328,8 +448,10 @@ class BrowserPool:
                 slot.opening -= 1
             slot.contexts.add(ctx)
             slot.envs.add(env)
+            slot.opened += 1
             return slot, ctx, port
-        raise RuntimeError("no live browser in the pool")
+        down = "; ".join(f"{s.endpoint or f'browser {s.index}'}: {s.last_error or 'reconnecting'}" for s in self.slots)
+        raise RuntimeError(f"no live browser in the pool (reconnecting with backoff): {down}")
 
     def _forget_context(self, slot: _Slot | None, ctx: BrowserContext, port: int | None) -> None:
         if port is not None:
@@ -426,3 +548,10 @@ class BrowserPool:
         return {"contexts": contexts, "pages": pages, "envs": len(self._leases), "parked": len(self._parked),
                 "crashes": self.crashes,
                 "launches": sum(s.launches for s in self.slots)}
+
+    def browsers(self) -> list[dict[str, Any]]:
+        """Per browser (local index or remote url): live or not, contexts open now and ever, launches or
+        connections, losses, the last failure (fleet monitoring and tests)."""
+        return [{"browser": s.endpoint or f"local:{s.index}", "live": s.ready.is_set() and self._connected(s),
+                 "contexts": len(s.contexts), "envs": len(s.envs), "opened": s.opened, "launches": s.launches,
+                 "losses": s.losses, "last_error": s.last_error} for s in self.slots]

@@ -176,16 +176,17 @@ class DataIterator:
 
 
 def to_device(batch: Batch, mesh: Mesh, accum: int, extra: dict[str, np.ndarray] | None = None) -> dict[str, jax.Array]:
-    """[rows, T] host arrays -> [accum, rows/accum, T] global arrays with the step's batch sharding.
+    """[rows, ...] host arrays -> [accum, rows/accum, ...] global arrays with the step's batch sharding (rows
+    over data x fsdp). Nested dicts (a VL batch's `vision`, `data.vl_batch`) are placed leaf by leaf.
 
     Multi-host: each host passes its own rows (`make_array_from_process_local_data`)."""
     sh = batch_spec_sharding(mesh)
-    out = {}
-    for k, v in {**batch, **(extra or {})}.items():
+
+    def place(v: Any) -> jax.Array:
         v = np.asarray(v)
         rows = v.shape[0]
         if rows % accum:
             raise ValueError(f"batch of {rows} rows is not divisible by accum_steps={accum}")
-        local = v.reshape(accum, rows // accum, *v.shape[1:])
-        out[k] = jax.make_array_from_process_local_data(sh, local)
-    return out
+        return jax.make_array_from_process_local_data(sh, v.reshape(accum, rows // accum, *v.shape[1:]))
+
+    return jax.tree.map(place, {**batch, **(extra or {})})

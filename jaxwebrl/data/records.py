@@ -12,13 +12,15 @@ Trajectory
   turns              list[Turn]
   reward             float  trajectory reward (binary success, or OpenWebRL's +1/0/-1)
   termination        str    why the episode ended (see TERMINATIONS for the known values; free-form allowed)
-  policy_version     int    the trainer step whose weights produced the responses (staleness metric)
+  policy_version     int    the trainer step whose weights produced the oldest response token (staleness, lag)
   advantage          float | None   filled by `train.advantages.assign_group_advantages`
   metadata           dict   free-form (instruction text, difficulty, judge output, ...)
 Turn
   prompt_ids         list[int]  the exact context the engine saw at this turn (per-turn samples use it)
   response_ids       list[int]  the sampled tokens (trained)
   response_logprobs  list[float] | None  engine logprobs of response_ids (None: recompute in the trainer)
+  policy_version     int | None  the weights version that sampled the response's first token (the oldest in it:
+                                 an update landing mid-response only makes later tokens newer); None: unknown
   response_mask      list[int] | None   per response token 0/1 (None = all 1); 0 marks tokens hit by a
                                         judge timeout / infrastructure failure, or dropped by a filter
   history_ids        list[int] | None   the tokens this turn adds *before its response* to the trajectory-
@@ -108,6 +110,7 @@ class Turn:
     observation_digest: str | None = None
     format_ok: bool = True
     images: list[TurnImage] | None = None
+    policy_version: int | None = None
 
     def __post_init__(self) -> None:
         if self.images is not None:  # from JSON: dicts

@@ -234,7 +234,8 @@ def turn_samples(traj: Trajectory, norm: str, group_size: int = 1) -> list[Sampl
             tokens=np.concatenate([p, ids]), loss_mask=full_mask, advantages=(full_mask * adv).astype(np.float32),
             old_logprobs=np.concatenate([np.zeros(len(p), np.float32), lp if lp is not None else np.zeros(len(ids), np.float32)]),
             norm_weight=w, norm_denom=d, has_old_logprobs=lp is not None, task_id=traj.task_id,
-            group_id=traj.group_id, policy_version=traj.policy_version, images=turn.images,
+            group_id=traj.group_id, images=turn.images,
+            policy_version=traj.policy_version if turn.policy_version is None else turn.policy_version,
         )
         out.append(_seq_mean_token_mean(s) if norm == "seq_mean_token_mean" else s)
     return out

@@ -1,24 +1,31 @@
 """Fixed-shape training batches of vision-language samples (per-turn samples with screenshots).
 
-A VL sample is one row: its M-RoPE positions depend on where its images sit, so rows are not packed.
-`vl_batch` lays `accum * micro_batch` samples out as the train step's arrays:
+A VL sample is one row: its M-RoPE positions depend on where its images sit, so rows are not packed. Each
+row carries its own images' patches, so the vision encoder's work splits over the devices the rows are
+sharded on (data x fsdp), like the text:
 
-  per token   [accum, micro_batch, seq_len]        FEATURES + positions + segment_ids (right padding, 0)
-  mrope_positions [accum, 3, micro_batch, seq_len] from the images' patch grids (`models.vl.prepare_inputs`)
-  vision      [accum, num_patches, ...]            the micro-batch's patches (pixel_values rebuilt from each
-                                                   record's PNG by the checkpoint's processor and checked
-                                                   against its digest), padded to `num_patches` rows that
-                                                   join no image; scatter_to: where each merged patch goes
+  per token       [rows, seq_len]        FEATURES + positions + segment_ids (right padding, 0)
+  mrope_positions [rows, 3, seq_len]     from the images' patch grids (`models.vl.prepare_inputs`)
+  vision          [rows, patches, ...]   the row's patches (pixel_values rebuilt from each record's PNG by the
+                                         checkpoint's processor and checked against its digest), padded to
+                                         `patches` that join no image; the layout arrays of
+                                         `models.vision.patch_layout`; scatter_to [rows, patches / merge^2]:
+                                         the token index in the row each merged patch replaces (seq_len: none)
 
-Static shapes: seq_len and num_patches are the caller's buckets (`patch_bucket` rounds the largest
-micro-batch's patch count up to a power of two), so a run compiles one step per (seq_len, num_patches)
-pair; a micro-batch without images has only padding patches and the same shapes.
+`vl_batch` stacks `accum` such micro-batches on a leading axis: [accum, micro_batch, ...], the step's layout.
+
+Static shapes: every dimension is a bucket. seq_len is the caller's (powers of two up to train.seq_len);
+`patches` is `patch_bucket` of the row with the most patches (a power of two, at least 64), whatever the
+number of images: the images of a row are told apart by the layout's segment ids, so image count and grid
+sizes never enter a shape. A run compiles one step per (seq_len, patches) pair it meets; a row without
+images has only padding patches and the same shapes.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+import jax
 import numpy as np
 
 from jaxwebrl.data.samples import FEATURES, Sample
@@ -35,61 +42,97 @@ def patch_bucket(n: int, unit: int, minimum: int = 64) -> int:
     return -(-b // unit) * unit
 
 
-def _pixels(sample: Sample, processor: Any) -> tuple[list[np.ndarray], list[list[int]]]:
-    images = sample.images or []
-    return [im.pixel_values(processor) for im in images], [list(im.grid_thw) for im in images]
+def sample_patches(sample: Sample) -> int:
+    """Image patch rows of a sample (t * h * w summed over its images)."""
+    return sum(int(np.prod(im.grid_thw)) for im in (sample.images or []))
 
 
-def vl_micro_batch(cfg: VLConfig, samples: Sequence[Sample], processor: Any, micro_batch: int, seq_len: int,
-                   num_patches: int) -> dict[str, Any]:
-    """One micro-batch [micro_batch, seq_len] (rows past len(samples) are empty padding)."""
-    if len(samples) > micro_batch:
-        raise ValueError(f"{len(samples)} samples > micro_batch={micro_batch}")
-    feats = {k: np.zeros((micro_batch, seq_len), dt) for k, dt in FEATURES.items()}
-    mask = np.zeros((micro_batch, seq_len), np.int32)
-    pixels: list[np.ndarray] = []
-    grids: list[list[int]] = []
-    for b, s in enumerate(samples):
-        if len(s) > seq_len:
-            raise ValueError(f"a sample of {len(s)} tokens does not fit seq_len={seq_len}; raise the bucket "
+def rows_patch_bucket(cfg: VLConfig, samples: Sequence[Sample]) -> int:
+    """The patch bucket that holds the sample with the most patches."""
+    return patch_bucket(max((sample_patches(s) for s in samples), default=0), cfg.vision.merge_unit)
+
+
+def vl_row(cfg: VLConfig, sample: Sample | None, processor: Any, seq_len: int, patches: int) -> dict[str, Any]:
+    """One row: the sample's tokens padded to `seq_len` and its patches to `patches` (None: an empty row that
+    trains nothing: one untrained token, so no row is all padding)."""
+    feats = {k: np.zeros(seq_len, dt) for k, dt in FEATURES.items()}
+    mask = np.zeros(seq_len, np.int32)
+    pixels, grids = [], []
+    if sample is None:
+        mask[0] = 1
+    else:
+        if len(sample) > seq_len:
+            raise ValueError(f"a sample of {len(sample)} tokens does not fit seq_len={seq_len}; raise the bucket "
                              "(a VL row cannot be cut: its image placeholders must stay whole)")
         for k in FEATURES:
-            feats[k][b, :len(s)] = getattr(s, k)
-        mask[b, :len(s)] = 1
-        p, g = _pixels(s, processor)
-        pixels += p
-        grids += g
-    mask[len(samples):, 0] = 1  # an empty row keeps one (untrained) token, so no row is all padding
+            feats[k][:len(sample)] = getattr(sample, k)
+        mask[:len(sample)] = 1
+        for im in sample.images or []:
+            pixels.append(im.pixel_values(processor))  # rebuilt from the PNG, checked against the digest
+            grids.append(list(im.grid_thw))
     n = sum(len(p) for p in pixels)
-    if n > num_patches:
-        raise ValueError(f"the micro-batch has {n} image patches > num_patches={num_patches}; raise the bucket")
-    x = vl.prepare_inputs(cfg, feats["tokens"], mask, np.concatenate(pixels) if pixels else None,
-                          np.asarray(grids) if grids else None, num_patches=num_patches if pixels else None)
+    if n > patches:
+        raise ValueError(f"a sample has {n} image patches > patches={patches}; raise the bucket")
+    x = vl.prepare_inputs(cfg, feats["tokens"][None], mask[None], np.concatenate(pixels) if pixels else None,
+                          np.asarray(grids) if grids else None, num_patches=patches if pixels else None)
     vision = x["vision"]
-    if vision is None:  # no image in this micro-batch: padding patches only, same shapes as the others
-        layout = patch_layout(cfg.vision, np.zeros((0, 3), np.int64), num_patches)
-        vision = dict(layout, pixel_values=np.zeros((num_patches, cfg.vision.patch_dim), np.float32),
-                      scatter_to=np.full(num_patches // cfg.vision.merge_unit, micro_batch * seq_len, np.int32))
-    return {**feats, "positions": x["positions"], "segment_ids": x["segment_ids"],
-            "mrope_positions": x["mrope_positions"], "vision": vision}
+    if vision is None:  # no image in this row: padding patches only, same shapes as the others
+        layout = patch_layout(cfg.vision, np.zeros((0, 3), np.int64), patches)
+        vision = dict(layout, pixel_values=np.zeros((patches, cfg.vision.patch_dim), np.float32),
+                      scatter_to=np.full(patches // cfg.vision.merge_unit, seq_len, np.int32))
+    return {**feats, "positions": x["positions"][0], "segment_ids": x["segment_ids"][0],
+            "mrope_positions": x["mrope_positions"][:, 0], "vision": vision}
+
+
+def vl_rows(cfg: VLConfig, samples: Sequence[Sample | None], processor: Any, seq_len: int, patches: int) -> dict[str, Any]:
+    """Rows [len(samples), ...] (see the module doc); None entries are empty rows."""
+    rows = [vl_row(cfg, s, processor, seq_len, patches) for s in samples]
+    return jax.tree.map(lambda *xs: np.stack(xs), *rows)
 
 
 def vl_batch(cfg: VLConfig, samples: Sequence[Sample], processor: Any, accum: int, micro_batch: int, seq_len: int,
-             num_patches: int | None = None) -> dict[str, Any]:
-    """`accum` micro-batches stacked on a leading axis (see the module doc); `num_patches` None: the bucket of
-    the largest micro-batch."""
+             patches: int | None = None) -> dict[str, Any]:
+    """`accum` micro-batches of `micro_batch` rows, [accum, micro_batch, ...] (rows past len(samples) empty);
+    `patches` None: the bucket of the sample with the most patches."""
     if len(samples) > accum * micro_batch:
         raise ValueError(f"{len(samples)} samples > accum * micro_batch = {accum * micro_batch}")
-    groups = [list(samples[i * micro_batch:(i + 1) * micro_batch]) for i in range(accum)]
-    if num_patches is None:
-        most = max(sum(im.grid_thw[0] * im.grid_thw[1] * im.grid_thw[2] for s in g for im in (s.images or []))
-                   for g in groups)
-        num_patches = patch_bucket(most, cfg.vision.merge_unit)
-    micros = [vl_micro_batch(cfg, g, processor, micro_batch, seq_len, num_patches) for g in groups]
+    patches = patches or rows_patch_bucket(cfg, samples)
+    padded: list[Sample | None] = list(samples) + [None] * (accum * micro_batch - len(samples))
+    rows = vl_rows(cfg, padded, processor, seq_len, patches)
+    return jax.tree.map(lambda a: a.reshape(accum, micro_batch, *a.shape[1:]), rows)
 
-    def stack(*xs: Any) -> Any:
-        return np.stack(xs)
 
-    import jax
+class VLBatches:
+    """Endless [rows, ...] VL host batches over a fixed sample set (behaviour cloning): reshuffled every epoch
+    (seeded), one sample per row, at one sequence length and one patch bucket for the whole set, so the
+    step compiles once. State (saved in checkpoints) is the position; `set_state` resumes there."""
 
-    return jax.tree.map(stack, *micros)
+    def __init__(self, cfg: VLConfig, samples: Sequence[Sample], processor: Any, rows: int, seq_len: int,
+                 seed: int = 0):
+        if not samples:
+            raise ValueError("VLBatches got no samples")
+        longest = max(len(s) for s in samples)
+        if longest > seq_len:
+            raise ValueError(f"a sample of {longest} tokens does not fit seq_len={seq_len}; raise it (VL rows are not cut)")
+        self.cfg, self.samples, self.processor = cfg, list(samples), processor
+        self.rows, self.seq_len, self.seed = rows, seq_len, seed
+        self.patches = rows_patch_bucket(cfg, samples)
+        self.pos = 0
+
+    def _index(self, k: int) -> int:
+        epoch, i = divmod(k, len(self.samples))
+        return int(np.random.default_rng((self.seed, epoch)).permutation(len(self.samples))[i])
+
+    def __iter__(self) -> "VLBatches":
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        picked = [self.samples[self._index(self.pos + i)] for i in range(self.rows)]
+        self.pos += self.rows
+        return vl_rows(self.cfg, picked, self.processor, self.seq_len, self.patches)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"pos": self.pos}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.pos = int(state["pos"])

@@ -25,7 +25,7 @@ def make_engine(
     if kind == "jax":
         from jaxwebrl.engines.jax_engine import JaxEngine
 
-        kwargs = dict(num_slots=config.num_slots, max_len=config.max_len or None, seed=config.seed, version=version)
+        kwargs = dict(config.jax_kwargs(), version=version)
         if params is not None:
             if model_cfg is None:
                 raise ValueError("make_engine(type='jax', params=...) also needs model_cfg=")
@@ -52,7 +52,9 @@ def make_engine(
         if config.launch:
             if not checkpoint:
                 raise ValueError("engine.launch=True needs engine.checkpoint, the model the server starts on")
-            server = SGLangServer(checkpoint, **config.server.kwargs()).start()  # type: ignore[arg-type]
+            # weight_sync='disk' on CPU/TPU starts sglang-jax with the in-place reload (sglang_jax_worker.py).
+            server = SGLangServer(checkpoint, weight_reload=weight_sync == "disk",
+                                  **config.server.kwargs()).start()  # type: ignore[arg-type]
             return SGLangEngine.for_server(server, weight_sync=weight_sync, owns_server=True, **common)
         urls = config.server_urls
         if not urls:

@@ -1,12 +1,25 @@
-"""JaxEngine: the embedded sampler. A KV cache of fixed slots, jitted prefill and decode, continuous batching.
+"""JaxEngine: the embedded sampler. A KV cache of fixed slots, a prefix cache of KV pages, chunked prefill,
+jitted decode, continuous batching.
 
 Why this shape: rollouts are many short, independent agent turns (DESIGN.md principle 7), so a request
 must not wait for the longest one in its batch. The cache has `num_slots` rows; a new request is prefilled
-into a free row between decode steps, and one decode step advances every busy row by one token (each row
+into a free row between decode steps, and one decode step advances every decoding row by one token (each row
 at its own position). Prompt lengths are bucketed (powers of two up to `max_len`), and so is the part of
-the cache a decode step reads (up to just past the furthest busy slot, since attention cost grows with it),
-so a run compiles at most one prefill and one decode program per bucket; `update_weights` swaps arrays of
-identical shape, dtype and sharding, so it never recompiles.
+the cache a decode step reads (up to just past the furthest decoding slot, since attention cost grows with
+it), so a run compiles a handful of prefill and decode programs; `update_weights` swaps arrays of identical
+shape, dtype and sharding, so it never recompiles.
+
+Prefix cache: the RL workload shares prefixes (a group's G trajectories share their prompt; each turn of an
+episode extends the previous turn's context). Full blocks of `page_size` tokens of every prefilled prompt,
+and of every finished request's prompt + response, are copied into a page pool (`page_pool.PagePool`,
+`prefix_cache_tokens` of memory) indexed by their tokens (`radix_index.RadixIndex`, LRU eviction). A new
+request's longest cached prefix is copied into its row and only the rest is prefilled. `update_weights`
+empties the index (an epoch counter also keeps requests that ran under the old weights from publishing).
+
+Chunked prefill: a step prefills at most `prefill_chunk` prompt tokens (queued requests in order, each from
+where its cached prefix ends) and then runs one decode step for the decoding slots, so a long prompt does not
+stall the others. Requests are prefilled one after another, so a group's later members find the first
+member's prompt cached.
 
 Threads: one asyncio task runs the scheduler; the jitted calls run in a single worker thread, so the event
 loop (shared with browser episodes) stays responsive while the device works.
@@ -40,6 +53,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxwebrl.engines.page_pool import PagePool, named
+from jaxwebrl.engines.radix_index import RadixIndex
 from jaxwebrl.engines.base import (
     EngineClosedError,
     EngineError,
@@ -51,9 +66,10 @@ from jaxwebrl.engines.base import (
 from jaxwebrl.engines.sampling import row_keys, sample
 from jaxwebrl.models import ModelConfig, Params, forward, init_cache, load_hf, logical_axes
 from jaxwebrl.models import vl
-from jaxwebrl.models.decoder import CACHE_AXES
+from jaxwebrl.models.decoder import CACHE_AXES, hidden_states, lm_head
 from jaxwebrl.models.vl_config import VLConfig
 from jaxwebrl.models.vl_hf_io import load_vl_hf
+from jaxwebrl.models.vl_or_text import is_vl_checkpoint
 from jaxwebrl.sharding import tree_shardings
 
 
@@ -69,25 +85,17 @@ def _count_compile(name: str, duration: float, **kwargs: Any) -> None:
 jax.monitoring.register_event_duration_secs_listener(_count_compile)
 
 
-def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """`fn` under a unique name, so JAX's compile events say which engine's program compiled."""
-
-    def wrapper(*args: Any) -> Any:
-        return fn(*args)
-
-    wrapper.__name__ = wrapper.__qualname__ = name
-    return wrapper
-
-
 @dataclasses.dataclass(frozen=True)
 class SchedulerEvent:
     """One scheduling decision, kept so tests and dashboards can see slots being reused."""
 
-    kind: str  # "admit" | "finish"
+    kind: str  # "admit" | "prefill" (one chunk) | "finish"
     request_id: str
     slot: int
     step: int  # decode steps run so far when it happened
     time: float
+    tokens: int = 0  # prefill: prompt tokens computed by this chunk
+    cached: int = 0  # prefill: prompt tokens taken from the prefix cache (first chunk)
 
 
 @dataclasses.dataclass(eq=False)  # identity, not field, equality: requests are found in queues by `is`
@@ -104,6 +112,9 @@ class _Request:
     last_version: int = -1
     vl_inputs: dict[str, Any] | None = None  # VL prompts: `vl.prepare_inputs` arrays, built before queueing
     rope_delta: int = 0
+    prefilled: int = 0  # prompt positions whose keys and values are in the slot's row
+    decoding: bool = False  # prefill done: the slot takes part in decode steps
+    kv_epoch: int = -1  # cache epoch (weights) its prefill started under; -1 = not started
 
 
 def patch_bucket(n: int, unit: int, min_bucket: int = 64) -> int:
@@ -113,12 +124,6 @@ def patch_bucket(n: int, unit: int, min_bucket: int = 64) -> int:
     while b < n:
         b *= 2
     return -(-b // unit) * unit
-
-
-def is_vl_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """config.json names a vision-language model (Qwen3-VL / Qwen2.5-VL)."""
-    cfg = Path(path) / "config.json"
-    return cfg.exists() and "vision_config" in json.loads(cfg.read_text())
 
 
 def prefill_buckets(max_len: int, min_bucket: int = 16) -> tuple[int, ...]:
@@ -149,7 +154,11 @@ def _first_token_into_slot(
 
 class JaxEngine:
     """Continuous-batching sampler over `forward` with a slot KV cache; implements `Engine`. `cfg` is a text
-    `ModelConfig` or a `VLConfig` (then requests may carry images)."""
+    `ModelConfig` or a `VLConfig` (then requests may carry images).
+
+    `prefix_cache` (text models; a VL engine prefills every prompt whole and caches nothing, images or not)
+    keeps up to `prefix_cache_tokens` tokens of keys and values (default: as many as the slots hold) in pages
+    of `page_size` tokens; `prefill_chunk` bounds the prompt tokens prefilled between two decode steps."""
 
     def __init__(
         self,
@@ -166,6 +175,10 @@ class JaxEngine:
         cache_dtype: str | None = None,
         eos_token_ids: Sequence[int] | None = None,
         name: str = "jax",
+        prefix_cache: bool = True,
+        prefix_cache_tokens: int | None = None,
+        page_size: int = 16,
+        prefill_chunk: int = 512,
     ) -> None:
         self.cfg = cfg
         self.is_vl = isinstance(cfg, VLConfig)
@@ -196,7 +209,7 @@ class JaxEngine:
         if mesh is not None:
             self._param_shardings = tree_shardings(params, axes, mesh)
         else:
-            one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # this host's (multi-host: its own engine)
             self._param_shardings = jax.tree.map(lambda _: one, params)
         self._params = jax.device_put(params, self._param_shardings, may_alias=False)
         self._param_avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self._params)
@@ -211,11 +224,34 @@ class JaxEngine:
             )()
         self._cache_dtype = cache_dtype
         self._uid = next(_ENGINE_IDS)
-        prefill_fn = self._prefill_vl_fn if self.is_vl else self._prefill_fn
+        if self.is_vl:
+            self._prefill = jax.jit(named(self._prefill_vl_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,))
+        else:  # one program per (chunk bucket, context bucket)
+            self._prefill = jax.jit(named(self._chunk_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,),
+                                    static_argnums=(11,))
         decode_fn = self._decode_vl_fn if self.is_vl else self._decode_fn
-        self._prefill = jax.jit(_named(prefill_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,))
-        self._decode = jax.jit(_named(decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,),
+        self._decode = jax.jit(named(decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,),
                                static_argnums=(11 if self.is_vl else 10,))
+
+        if prefill_chunk < 1 or page_size < 1:
+            raise ValueError(f"prefill_chunk={prefill_chunk} and page_size={page_size} must be >= 1")
+        self.prefill_chunk = min(int(prefill_chunk), self.max_len)
+        self._chunk_buckets = tuple(b for b in self.buckets if b < self.prefill_chunk) + (self.prefill_chunk,)
+        self.page_size = int(page_size)
+        self._index: RadixIndex | None = None
+        self._pool: PagePool | None = None
+        if prefix_cache and not self.is_vl:
+            tokens = self.num_slots * self.max_len if prefix_cache_tokens is None else int(prefix_cache_tokens)
+            if tokens < self.page_size or self.max_len < self.page_size:
+                raise ValueError(f"prefix_cache_tokens={tokens} and max_len={self.max_len} must hold at least one "
+                                 f"page of page_size={self.page_size} tokens; raise them or set prefix_cache=False")
+            self._pool = PagePool(tokens // self.page_size, self.page_size, cache_shapes["k"].shape,
+                                  cache_shapes["k"].dtype, mesh, name=f"jaxengine{self._uid}")
+            self._index = RadixIndex(self._pool.num_pages, self.page_size)
+        self._cache_epoch = 0  # += 1 on every weight update: cached keys and values of older epochs are stale
+        self._index_epoch = 0  # the epoch the index holds (device thread)
+        self._publish: list[tuple[int, np.ndarray, int]] = []  # (slot, tokens, epoch) to cache, device thread
+        self._prefilling: collections.deque[tuple[int, _Request]] = collections.deque()  # admitted, in order
 
         S = self.num_slots
         self._slots: list[_Request | None] = [None] * S
@@ -237,6 +273,8 @@ class JaxEngine:
         self.decode_steps = 0
         self.prefills = 0
         self.generated_tokens = 0
+        self.prefill_tokens = 0  # prompt tokens computed by prefill chunks
+        self.cached_tokens = 0  # prompt tokens whose keys and values came from the prefix cache
 
     # ---- construction helpers -----------------------------------------------------------------
 
@@ -264,17 +302,29 @@ class JaxEngine:
 
     # ---- the jitted programs ------------------------------------------------------------------
 
-    def _prefill_fn(
-        self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, length: jax.Array,
+    def _chunk_fn(
+        self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, start: jax.Array, count: jax.Array,
         slot: jax.Array, seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
+        ctx: int,
     ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
-        """Run one right-padded prompt [1, bucket] on a bucket-sized cache, copy it into row `slot`, and
-        sample the first token from the logits at position length-1."""
-        bucket = tokens.shape[1]
-        small = init_cache(self.text_cfg, 1, bucket, self._cache_dtype)
-        positions = jnp.arange(bucket, dtype=jnp.int32)[None]
-        logits, small = forward(self.cfg, params, tokens, positions, cache=small)
-        return _first_token_into_slot(logits, small, cache, length, slot, seed, temp, top_k, top_p, greedy)
+        """Prefill one chunk: `count` real tokens of the right-padded [1, chunk] `tokens` at positions start..,
+        attending to row `slot` (earlier chunks, cached pages) over its first `ctx` positions (static, >= start
+        + chunk); returns the cache and the token sampled from the logits of the last real token (used when
+        the chunk ends the prompt). Only that token's logits are computed, not the chunk's [chunk, vocab]."""
+        L, _, K, _, hd = cache["k"].shape
+        zero = jnp.zeros((), jnp.int32)
+        at = (zero, slot, zero, zero, zero)
+        row = {n: jax.lax.dynamic_slice(cache[n], at, (L, 1, K, ctx, hd)) for n in ("k", "v")}
+        positions = (start + jnp.arange(tokens.shape[1], dtype=jnp.int32))[None]
+        h, row = hidden_states(self.text_cfg, params, tokens, positions, cache=row)
+        assert row is not None
+        last = jax.lax.dynamic_index_in_dim(h, count - 1, axis=1, keepdims=True)  # [1, 1, D]
+        head = lm_head(self.text_cfg, params).astype(last.dtype)
+        logits = jnp.einsum("btd,dv->btv", last, head, preferred_element_type=jnp.float32)[0]  # as `forward`
+        keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
+        tok, lp = sample(logits, keys, temp[None], top_k[None], top_p[None], greedy[None])
+        cache = {n: jax.lax.dynamic_update_slice(cache[n], row[n], at) for n in ("k", "v")}
+        return cache, tok[0], lp[0]
 
     def _prefill_vl_fn(
         self, params: Params, cache: dict[str, jax.Array], inputs: dict[str, Any], length: jax.Array,
@@ -314,9 +364,10 @@ class JaxEngine:
         return cache, tok, lp
 
     def compile_counts(self) -> dict[str, int]:
-        """XLA compilations of this engine's programs so far (one per prefill bucket used, one decode),
-        counted from JAX's own compile events, so any recompilation shows up."""
-        return {kind: _COMPILES[f"jit(jaxengine{self._uid}_{kind})"] for kind in ("prefill", "decode")}
+        """XLA compilations of this engine's programs so far (prefill: one per (chunk, context) bucket pair used;
+        decode: one per span bucket; the prefix cache's page copies: one per page-count bucket), counted from
+        JAX's own compile events, so any recompilation shows up."""
+        return {kind: _COMPILES[f"jit(jaxengine{self._uid}_{kind})"] for kind in ("prefill", "decode", "store", "load")}
 
     # ---- Engine API ---------------------------------------------------------------------------
 
@@ -427,6 +478,7 @@ class JaxEngine:
 
         placed = await asyncio.get_running_loop().run_in_executor(self._executor, place)
         self._params, self.version = placed, int(version)
+        self._cache_epoch += 1  # the device thread empties the prefix cache before its next step
 
     async def health(self) -> dict[str, Any]:
         if self._closed:
@@ -456,6 +508,10 @@ class JaxEngine:
             "version": self.version, "active": sum(r is not None for r in self._slots), "queued": len(self._queue),
             "num_slots": self.num_slots, "decode_steps": self.decode_steps, "prefills": self.prefills,
             "generated_tokens": self.generated_tokens, "compiles": self.compile_counts(),
+            "prefill_tokens": self.prefill_tokens, "cached_tokens": self.cached_tokens,
+            "cache_pages": 0 if self._pool is None else self._pool.num_pages,
+            "cache_pages_used": 0 if self._index is None else self._index.cached_blocks,
+            "cache_evictions": 0 if self._index is None else self._index.evictions,
         }
 
     # ---- scheduler ----------------------------------------------------------------------------
@@ -476,29 +532,31 @@ class JaxEngine:
         loop = asyncio.get_running_loop()
         try:
             while not self._closed:
-                admits: list[tuple[int, _Request]] = []
                 for slot in range(self.num_slots):
                     if self._slots[slot] is None and self._queue:
                         req = self._queue.popleft()
                         self._slots[slot] = req
-                        admits.append((slot, req))
+                        self._prefilling.append((slot, req))
                         self.events.append(SchedulerEvent("admit", req.request_id, slot, self.decode_steps, time.monotonic()))
-                if not admits and not any(r is not None for r in self._slots):
+                if not self._prefilling and not any(r is not None for r in self._slots):
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                params, version = self._params, self.version
-                first, decoded = await loop.run_in_executor(self._executor, self._device_step, params, admits)
-                for (slot, req), (tok, lp) in zip(admits, first):
+                params, version, epoch = self._params, self.version, self._cache_epoch
+                publish, self._publish = self._publish, []
+                first, decoded = await loop.run_in_executor(
+                    self._executor, self._device_step, params, epoch, list(self._prefilling), publish)
+                for slot, req, tok, lp in first:
+                    with contextlib.suppress(ValueError):  # a request cancelled meanwhile is gone already
+                        self._prefilling.remove((slot, req))
                     req.first_version = version
                     self.prefills += 1
                     self._append(slot, req, tok, lp, version)
                 if decoded is not None:
                     self.decode_steps += 1
-                    toks, lps = decoded
-                    for slot, req in enumerate(self._slots):
-                        if req is not None:  # requests that finished on their first token are gone already
-                            self._append(slot, req, int(toks[slot]), float(lps[slot]), version)
+                    toks, lps, rows = decoded
+                    for slot, req in rows:  # requests that finished on their first token are gone already
+                        self._append(slot, req, int(toks[slot]), float(lps[slot]), version)
         except asyncio.CancelledError:
             if not self._closed:  # the event loop is shutting down: nobody waits for these any more
                 self._drop_all(None)
@@ -511,6 +569,7 @@ class JaxEngine:
         pending = [r for r in self._slots if r is not None] + list(self._queue)
         self._slots = [None] * self.num_slots
         self._queue.clear()
+        self._prefilling.clear()
         for req in pending:
             if not req.future.done():
                 if error is None:
@@ -519,39 +578,107 @@ class JaxEngine:
                     req.future.set_exception(error)
 
     def _device_step(
-        self, params: Params, admits: list[tuple[int, _Request]]
-    ) -> tuple[list[tuple[int, float]], tuple[np.ndarray, np.ndarray] | None]:
-        """Worker thread: prefill the admitted requests, then one decode step over all slots."""
-        first: list[tuple[int, float]] = []
+        self, params: Params, epoch: int, prefilling: list[tuple[int, _Request]],
+        publish: list[tuple[int, np.ndarray, int]],
+    ) -> tuple[list[tuple[int, _Request, int, float]], tuple[np.ndarray, np.ndarray, list[tuple[int, _Request]]] | None]:
+        """Worker thread: cache finished requests' blocks, prefill up to `prefill_chunk` prompt tokens of the
+        admitted requests in order, then one decode step over the decoding slots. Returns the first tokens of
+        the prompts completed and the decode step's tokens with the (slot, request) rows they belong to."""
+        first: list[tuple[int, _Request, int, float]] = []
         with self._mesh_ctx():
-            for slot, req in admits:
-                n = req.prompt.size
-                padded = np.zeros((1, self._bucket(n)), np.int32)
-                padded[0, :n] = req.prompt
-                sp = req.params
-                if req.vl_inputs is not None:
-                    inputs, self._delta[slot] = req.vl_inputs, req.rope_delta
-                else:
-                    inputs = padded
-                self._cache, tok, lp = self._prefill(
-                    params, self._cache, inputs, np.int32(n), np.int32(slot), np.uint32(req.seed),
-                    np.float32(sp.temperature), np.int32(sp.top_k), np.float32(sp.top_p), np.bool_(sp.is_greedy),
-                )
-                tok, lp = int(tok), float(lp)
-                first.append((tok, lp))
-                self._set_slot(slot, req, tok, n)
-            # Slots whose request just finished on its first token still hold it here; decoding them is
-            # harmless (the result is ignored and the row is overwritten by the next prefill).
-            # One snapshot: callers may cancel (free slots) on the loop thread while this runs.
-            busy = [slot for slot, r in enumerate(self._slots) if r is not None]
-            if not busy:
+            if self._index is not None and self._index_epoch != epoch:  # new weights: every cached entry is stale
+                self._index.clear()
+                self._index_epoch = epoch
+            for slot, tokens, ep in publish:
+                if ep == epoch:
+                    self._cache_blocks(slot, tokens)
+            budget = self.prefill_chunk
+            for slot, req in prefilling:
+                if budget <= 0:
+                    break
+                if self._slots[slot] is not req:  # cancelled while queued for its prefill
+                    continue
+                done, used = self._prefill_vl(params, slot, req) if req.vl_inputs is not None else \
+                    self._prefill_chunk(params, epoch, slot, req, budget)
+                budget -= used
+                if done is None:
+                    break  # prompts are prefilled in order: the next may extend this one
+                first.append((slot, req, *done))
+            # One snapshot: callers may cancel (free slots) on the loop thread while this runs. Slots whose
+            # request just finished on its first token still decode here, harmlessly (the result is ignored).
+            rows = [(slot, r) for slot, r in enumerate(self._slots) if r is not None and r.decoding]
+            if not rows:
                 return first, None
-            span = self._bucket(int(self._pos[busy].max()) + 1)
-            # Copies: on CPU jax may alias numpy memory, and the loop thread mutates these arrays later.
+            span = self._bucket(int(self._pos[[slot for slot, _ in rows]].max()) + 1)
+            # Copies: on CPU jax may alias numpy memory, and the loop thread mutates these arrays later. Rows
+            # not decoding (free, or mid-prefill) compute junk at their position, which their next prefill
+            # chunk (or page load) overwrites before anything reads it.
             per_slot = (self._tok, self._pos) + ((self._delta,) if self.is_vl else ()) + (
                 self._seed, self._count, self._temp, self._top_k, self._top_p, self._greedy)
             self._cache, toks, lps = self._decode(params, self._cache, *(a.copy() for a in per_slot), span)
-            return first, (np.asarray(toks), np.asarray(lps))
+            return first, (np.asarray(toks), np.asarray(lps), rows)
+
+    def _prefill_vl(self, params: Params, slot: int, req: _Request) -> tuple[tuple[int, float], int]:
+        """A VL prompt, whole (its images' features are computed inside): (first token, logprob), tokens."""
+        sp, n = req.params, req.prompt.size
+        self._delta[slot] = req.rope_delta
+        self._cache, tok, lp = self._prefill(
+            params, self._cache, req.vl_inputs, np.int32(n), np.int32(slot), np.uint32(req.seed),
+            np.float32(sp.temperature), np.int32(sp.top_k), np.float32(sp.top_p), np.bool_(sp.is_greedy),
+        )
+        self.prefill_tokens += n
+        self.events.append(SchedulerEvent("prefill", req.request_id, slot, self.decode_steps, time.monotonic(), n))
+        self._set_slot(slot, req, int(tok), n)
+        return (int(tok), float(lp)), n
+
+    def _prefill_chunk(
+        self, params: Params, epoch: int, slot: int, req: _Request, budget: int
+    ) -> tuple[tuple[int, float] | None, int]:
+        """Prefill the next chunk (<= budget tokens) of a text prompt into row `slot`, starting after its cached
+        prefix; returns ((first token, logprob) when the prompt is done, else None) and the tokens computed."""
+        n, cached = req.prompt.size, 0
+        if req.kv_epoch < 0:  # first chunk: take the longest cached prefix (always leaving one token to run)
+            req.kv_epoch = epoch
+            if self._index is not None and self._pool is not None:
+                pages = self._index.match(req.prompt, limit=n - 1)
+                if pages:
+                    self._cache = self._pool.load(self._cache, slot, pages)
+                    cached = len(pages) * self.page_size
+                    req.prefilled = cached
+                    self.cached_tokens += cached
+        start = req.prefilled
+        size = min(n - start, budget)
+        width = next(b for b in self._chunk_buckets if b >= size)
+        s0 = min(start, self.max_len - width)  # keep the padded window inside the row (recomputes a few)
+        count = start + size - s0
+        tokens = np.zeros((1, width), np.int32)
+        tokens[0, :count] = req.prompt[s0:start + size]
+        sp = req.params
+        self._cache, tok, lp = self._prefill(
+            params, self._cache, tokens, np.int32(s0), np.int32(count), np.int32(slot), np.uint32(req.seed),
+            np.float32(sp.temperature), np.int32(sp.top_k), np.float32(sp.top_p), np.bool_(sp.is_greedy),
+            self._bucket(s0 + width),
+        )
+        req.prefilled = start + size
+        self.prefill_tokens += size
+        self.events.append(SchedulerEvent("prefill", req.request_id, slot, self.decode_steps, time.monotonic(),
+                                          size, cached))
+        if req.prefilled < n:
+            self._pos[slot] = req.prefilled  # where a decode step's junk write lands: the next chunk's start
+            return None, size
+        if req.kv_epoch == epoch:
+            self._cache_blocks(slot, req.prompt)
+        self._set_slot(slot, req, int(tok), n)
+        return (int(tok), float(lp)), size
+
+    def _cache_blocks(self, slot: int, tokens: np.ndarray) -> None:
+        """Index the full blocks of `tokens` (whose keys and values fill row `slot` from position 0) and copy
+        the blocks not cached yet into their pages. Device thread."""
+        if self._index is None or self._pool is None:
+            return
+        new = self._index.insert(tokens)
+        if new:
+            self._pool.store(self._cache, slot, [b for b, _ in new], [p for _, p in new])
 
     def _vl_inputs(self, prompt: np.ndarray, images: tuple[ImageInput, ...]) -> tuple[dict[str, Any], int]:
         """Host side of a VL prefill: `vl.prepare_inputs` of the prompt right-padded to its bucket, with its
@@ -577,6 +704,7 @@ class JaxEngine:
         self._seed[slot] = req.seed
         self._temp[slot], self._top_k[slot], self._top_p[slot] = sp.temperature, sp.top_k, sp.top_p
         self._greedy[slot] = sp.is_greedy
+        req.decoding = True
 
     def _append(self, slot: int, req: _Request, tok: int, lp: float, version: int) -> None:
         """Record one sampled token of the request in `slot` and finish it if a stop condition holds."""
@@ -609,8 +737,20 @@ class JaxEngine:
         return None
 
     def _finish(self, slot: int, req: _Request, reason: str) -> None:
+        if self._index is not None and req.decoding and req.kv_epoch == self._cache_epoch and self._slots[slot] is req:
+            # Cache prompt + response: positions below the slot's current one hold their keys and values (the
+            # last sampled token's were never computed). The row stays intact until the next device step,
+            # which copies the blocks before any prefill can reuse the slot.
+            valid = int(self._pos[slot])
+            if valid >= self.page_size:
+                seq = np.concatenate([req.prompt, np.asarray(req.tokens, np.int32)])[:valid]
+                self._publish.append((slot, seq, req.kv_epoch))
+        with contextlib.suppress(ValueError):
+            self._prefilling.remove((slot, req))
         self._slots[slot] = None
-        self._pos[slot] = 0
+        # The free row's decode junk keeps landing at its last position, never below it: a cancel can free
+        # the slot while a decode step is running on it, and the blocks below must stay intact to be cached.
+        self._pos[slot] = min(int(self._pos[slot]), self.max_len - 1)
         self.events.append(SchedulerEvent("finish", req.request_id, slot, self.decode_steps, time.monotonic()))
         if not req.future.done():
             req.future.set_result(self._result(req, reason))

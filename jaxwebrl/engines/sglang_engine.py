@@ -12,10 +12,16 @@ images ("Multimodal input_ids are not supported for Qwen-VL"): image requests to
 
 Weight sync strategies (`weight_sync`):
   "disk"    export the params as a HF checkpoint under `export_dir`, then POST /update_weights_from_disk
-            and /flush_cache. CUDA SGLang has that endpoint; sglang-jax does not, and gets a WeightSyncError
-            naming the alternatives.
+            (CUDA SGLang's documented request: model_path, load_format, weight_version, flush_cache): the
+            running server loads the new weights in place and flushes its prefix cache, no restart. CUDA
+            SGLang has the endpoint; for sglang-jax, `SGLangServer(weight_reload=True)` starts
+            `sglang_jax_worker.py` (its server with the scheduler in-process, plus that endpoint). A stock
+            sglang-jax server answers 404 and gets a WeightSyncError naming the alternatives.
   "restart" export the checkpoint, then restart the server (an `SGLangServer` this engine was given) on it.
             Slow (a model load and compile per update) but works with every server.
+Either way, `generate` calls made while an update runs wait for it (they then carry the new version), and the
+server finishes the requests it is running on the old weights before it swaps (SGLang's update lock; the
+worker's pause), so a request's tokens all come from one version.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ from jaxwebrl.engines.base import (
 from jaxwebrl.engines.sglang_server import SGLangServer
 
 _RETRY_STATUS = {502, 503, 504}
+# Exports under way, by directory: the engines of a Router share `export_dir` and get the same params at once,
+# so they wait for one export instead of writing the same files concurrently (one version = one set of params).
+_EXPORTING: dict[Path, asyncio.Future[Any]] = {}
 
 
 class SGLangEngine:
@@ -91,7 +100,8 @@ class SGLangEngine:
         self._ids = itertools.count()
         self._closed = False
         self._exports: list[Path] = []
-        self._restarting: asyncio.Future[None] | None = None
+        self._updating: asyncio.Future[None] | None = None  # set while update_weights runs
+        self.last_sync: dict[str, Any] = {}  # the server's reply to the last reload (timings), for logs
 
     @classmethod
     def for_server(cls, server: SGLangServer, **kwargs: Any) -> "SGLangEngine":
@@ -111,8 +121,8 @@ class SGLangEngine:
     async def _request(self, method: str, path: str, json: Any | None = None) -> httpx.Response:
         """One call with retries and exponential backoff on connection errors, timeouts and 502-504."""
         async def wait_for_restart() -> None:  # a restart is under way: wait for it instead of failing
-            if self._restarting is not None:
-                await asyncio.shield(self._restarting)
+            if self._updating is not None and self.weight_sync == "restart":
+                await asyncio.shield(self._updating)
 
         resp, last = await request_with_retries(lambda: self._http().request(method, path, json=json), self.retries,
                                                 self.backoff, _RETRY_STATUS, before_attempt=wait_for_restart)
@@ -193,6 +203,8 @@ class SGLangEngine:
         if not prompt:
             raise ValueError("prompt_ids must be a non-empty sequence of token ids")
         rid = f"{self.name}-{next(self._ids)}"
+        while self._updating is not None:  # new weights are being loaded: serve this request with them
+            await asyncio.shield(self._updating)
         version = self.version
         ctx = await self.context_length()
         max_new = params.max_new_tokens
@@ -240,27 +252,45 @@ class SGLangEngine:
             raise EngineUnavailableError(f"SGLang server {self.url}/health returned HTTP {resp.status_code}")
         return {"ok": True, "url": self.url, "version": self.version, "context_length": await self.context_length()}
 
+    @staticmethod
+    def reload_body(path: str | os.PathLike[str], version: int) -> dict[str, Any]:
+        """The POST /update_weights_from_disk JSON, fields as SGLang documents them (sglang_for_rl.md): the
+        server flushes its cache itself (`flush_cache`), running requests finish first (no abort)."""
+        return {"model_path": str(path), "load_format": "auto", "abort_all_requests": False,
+                "weight_version": str(int(version)), "flush_cache": True}
+
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
         """Export (if given params) and load the checkpoint into the server; see the module doc."""
-        path = await self._checkpoint_dir(weights, version)
-        if self.weight_sync == "restart":
-            await self._restart_on(path)
-        else:
-            resp = await self._request("POST", "/update_weights_from_disk",
-                                       {"model_path": str(path), "load_format": "auto"})
-            if resp.status_code in (404, 405):
-                raise WeightSyncError(
-                    f"SGLang server {self.url} has no /update_weights_from_disk (sglang-jax lacks it). "
-                    "Alternatives: SGLangEngine(weight_sync='restart', server=SGLangServer(...)) restarts the "
-                    f"server on the exported checkpoint ({path}); or use engine type 'jax' (JaxEngine), which "
-                    "swaps weights in place."
-                )
-            body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
-            if resp.status_code != 200 or body.get("success") is False:
-                raise WeightSyncError(f"SGLang {self.url}/update_weights_from_disk failed: HTTP "
-                                      f"{resp.status_code} {resp.text[:300]}")
-            await self._request("POST", "/flush_cache")
-        self.version = int(version)
+        while self._updating is not None:  # one update at a time, in call order
+            await asyncio.shield(self._updating)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._updating = done
+        try:
+            path = await self._checkpoint_dir(weights, version)
+            if self.weight_sync == "restart":
+                await self._restart_on(path)
+            else:
+                await self._reload(path, version)
+            self.version = int(version)
+        finally:
+            self._updating = None
+            done.set_result(None)
+
+    async def _reload(self, path: Path, version: int) -> None:
+        resp = await self._request("POST", "/update_weights_from_disk", self.reload_body(path, version))
+        if resp.status_code in (404, 405):
+            raise WeightSyncError(
+                f"SGLang server {self.url} has no /update_weights_from_disk (a stock sglang-jax server lacks "
+                "it). Alternatives: start sglang-jax with the weight reload (engine.launch=True with "
+                "engine.weight_sync='disk', or scripts/launch_sglang.py --weight-reload); or "
+                "SGLangEngine(weight_sync='restart', server=SGLangServer(...)), which restarts the server on the "
+                f"exported checkpoint ({path}); or use engine type 'jax' (JaxEngine), which swaps weights in place."
+            )
+        body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
+        if resp.status_code != 200 or body.get("success") is False:
+            raise WeightSyncError(f"SGLang {self.url}/update_weights_from_disk failed: HTTP "
+                                  f"{resp.status_code} {resp.text[:500]}")
+        self.last_sync = body
 
     async def _checkpoint_dir(self, weights: WeightsSource, version: int) -> Path:
         if isinstance(weights, (str, os.PathLike)):
@@ -270,8 +300,14 @@ class SGLangEngine:
                              "HF checkpoint the server loads (or pass a checkpoint directory instead)")
         from jaxwebrl.models import export_hf
 
-        out = self.export_dir / f"policy_v{version}"
-        await asyncio.to_thread(export_hf, self.model_cfg, weights, out, self.tokenizer_dir)
+        out = (self.export_dir / f"policy_v{version}").resolve()
+        running = _EXPORTING.get(out)
+        if running is None:
+            running = asyncio.ensure_future(asyncio.to_thread(export_hf, self.model_cfg, weights, out,
+                                                              self.tokenizer_dir))
+            _EXPORTING[out] = running
+            running.add_done_callback(lambda _: _EXPORTING.pop(out, None))
+        await asyncio.shield(running)
         self._exports.append(out)
         while len(self._exports) > self.keep_exports:  # old exports are not read by anyone any more
             shutil.rmtree(self._exports.pop(0), ignore_errors=True)
@@ -279,15 +315,9 @@ class SGLangEngine:
 
     async def _restart_on(self, path: Path) -> None:
         assert self.server is not None
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._restarting = done
-        try:
-            await asyncio.to_thread(self.server.restart, path)
-            self._context_len = None
-            await self.wait_ready()
-        finally:
-            self._restarting = None
-            done.set_result(None)
+        await asyncio.to_thread(self.server.restart, path)
+        self._context_len = None
+        await self.wait_ready()
 
     async def close(self) -> None:
         self._closed = True

@@ -4,6 +4,10 @@ Why a launcher in the library: tests, benchmarks and the `restart` weight-sync s
 a real server up on a checkpoint, wait until it answers, and take it down again without leaking processes.
 sglang-jax needs Python >= 3.12, so it usually runs from its own virtual environment
 (scripts/setup_sglang_env.sh makes `.venv-sglang`); `python` picks that interpreter.
+
+`weight_reload=True` starts sglang-jax as `sglang_jax_worker.py` instead of `sgl_jax.launch_server`: the same
+server with its scheduler in the server process and CUDA SGLang's `/update_weights_from_disk`, so new weights
+load without a restart (CUDA SGLang has that endpoint natively; the flag changes nothing on GPU).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Without these limits sglang-jax on CPU sizes its KV pool for hundreds of GB and dies (FACTS.md).
 CPU_DEFAULTS = {"max_total_tokens": 8192, "max_running_requests": 8, "context_length": 1024}
 READY_LINE = "The server is fired up and ready to roll"  # logged by both servers after their warmup request
+WORKER = Path(__file__).resolve().with_name("sglang_jax_worker.py")  # run by path: it must not import jaxwebrl
 
 
 class ServerStartError(RuntimeError):
@@ -81,6 +86,7 @@ class SGLangServer:
         max_total_tokens: int | None = None,
         max_running_requests: int | None = None,
         tp_size: int | None = None,
+        weight_reload: bool = False,
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -101,6 +107,7 @@ class SGLangServer:
                 limits[key] = value
         self.limits = limits
         self.tp_size = tp_size
+        self.weight_reload = weight_reload
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="sglang-", suffix=".log")[1])
@@ -114,10 +121,16 @@ class SGLangServer:
 
     def command(self) -> list[str]:
         """The exact server command line (also printed by scripts/launch_sglang.py --dry-run)."""
-        cmd = [self.python, "-m", f"{self.backend}.launch_server", "--model-path", self.model_path,
-               "--host", self.host, "--port", str(self.port)]
+        if self.backend == "sgl_jax" and self.weight_reload:
+            # -P: do not put the worker's folder (jaxwebrl/engines) first on sys.path, where it would shadow modules.
+            cmd = [self.python, "-P", str(WORKER)]
+        else:
+            cmd = [self.python, "-m", f"{self.backend}.launch_server"]
+        cmd += ["--model-path", self.model_path, "--host", self.host, "--port", str(self.port)]
         if self.backend == "sgl_jax":
             cmd += ["--device", self.device]
+            if self.weight_reload:
+                cmd += ["--enable-single-process"]  # the scheduler the reload swaps weights in is then reachable
             if self.device == "cpu" and "--disable-overlap-schedule" not in self.extra_args:
                 # sglang-jax's overlap scheduler on CPU returns wrong greedy tokens for most requests decoded in
                 # one batch (5 of 6 concurrent requests, 0 of 36 sequential); without it every one is exact.

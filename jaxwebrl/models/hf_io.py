@@ -222,7 +222,7 @@ def load_hf(
                 raise CheckpointError(f"{path}: tensor {n!r} has shape {list(got)}, expected {list(want)} from config.json")
         sharding = (
             NamedSharding(mesh, logical_to_spec(axes[ours], rules)) if mesh is not None
-            else jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            else jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         )
         if mesh is not None:
             check_divisible(ours, spec.shape, sharding.spec, mesh)

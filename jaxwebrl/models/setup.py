@@ -19,10 +19,13 @@ from jaxwebrl.models.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from jaxwebrl.models.hf_io import read_hf_config
 from jaxwebrl.models.known_shapes import KNOWN_SHAPES, known_shape
 from jaxwebrl.models.tiny import tiny_config
+from jaxwebrl.models.vl_config import VisionConfig, VLConfig
+from jaxwebrl.models.vl_known_shapes import VL_KNOWN_SHAPES, known_vl_config
 
 SOURCES = ("tiny", "hf", "inline")
 DTYPES = ("float32", "bfloat16", "float16")
 _SHAPE_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
+_VISION_FIELDS = {f.name for f in dataclasses.fields(VisionConfig)} - {"family", "out_hidden_size", "hf_extra"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +43,9 @@ class ModelSetup:
     attention: str = "xla"
     attention_block: int = 512  # splash: block size, a multiple of 128 that divides train.seq_len
     ref_path: str = ""  # frozen reference model (loss.beta > 0); '' = the initial policy
+    # A vision-language policy built here (source='inline', the visual local run): VisionConfig fields of a
+    # Qwen3-VL vision tower over the `shape` text decoder (models.vl_config). Empty: a text policy.
+    vision: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         one_of("source", self.source, SOURCES)
@@ -58,6 +64,14 @@ class ModelSetup:
                 near = difflib.get_close_matches(k, _SHAPE_FIELDS, 1)
                 raise FieldError(f"shape.{k}", "is not a ModelConfig field",
                                  f"did you mean model.shape.{near[0]}?" if near else f"use one of {sorted(_SHAPE_FIELDS)}")
+        for k in self.vision:
+            if k not in _VISION_FIELDS:
+                near = difflib.get_close_matches(k, _VISION_FIELDS, 1)
+                raise FieldError(f"vision.{k}", "is not a VisionConfig field",
+                                 f"did you mean model.vision.{near[0]}?" if near else f"use one of {sorted(_VISION_FIELDS)}")
+        if self.vision and self.source != "inline":
+            raise FieldError("vision", f"is set with source={self.source!r}; a checkpoint brings its own vision tower",
+                             "set model.source='inline' (or drop model.vision)")
         if self.source == "inline":
             for k in ("vocab_size", "hidden_size", "num_layers"):
                 if k not in self.shape:
@@ -82,17 +96,33 @@ class ModelSetup:
             return ModelConfig(**self.shape_overrides(), **self.numerics)
         return base.replace(**self.shape_overrides(), **self.numerics)
 
-    def abstract_config(self) -> ModelConfig:
-        """The ModelConfig without loading any weights (the dry run): from the HF config.json, the tiny
-        family, or `shape`; an absent HF checkpoint by its name (`models.known_shapes`)."""
+    def vl_config(self, base: ModelConfig | None = None) -> VLConfig:
+        """The inline Qwen3-VL policy: the `shape` text decoder (or `base`) with the `vision` tower; M-RoPE
+        frequencies split over (time, height, width) in Qwen3-VL's proportions (24, 20, 20 of 64)."""
+        text = self.model_config(base)
+        half = text.head_dim // 2
+        side = round(half * 20 / 64)
+        vision = VisionConfig(family="qwen3_vl", out_hidden_size=text.hidden_size,
+                              **{k: tuple(v) if isinstance(v, list) else v for k, v in self.vision.items()})
+        return VLConfig(architecture="qwen3_vl", text=text, vision=vision, mrope_section=(half - 2 * side, side, side))
+
+    def abstract_config(self) -> ModelConfig | VLConfig:
+        """The ModelConfig (a VLConfig for a vision-language checkpoint) without loading any weights (the dry
+        run): from the HF config.json, the tiny family, or `shape`; an absent HF checkpoint by its name
+        (`models.known_shapes`, `models.vl_known_shapes`)."""
+        if self.source == "hf":
+            vl = known_vl_config(self.path, **self.numerics)
+            if vl is not None:
+                return vl
         if self.source == "inline":
-            return self.model_config()
+            return self.vl_config() if self.vision else self.model_config()
         if self.source == "tiny":
             return tiny_config(self.arch, **self.shape_overrides()).replace(**self.numerics)
         if not os.path.isfile(os.path.join(self.path, "config.json")):  # dry run without the checkpoint
             shape = known_shape(self.path)
             if shape is None:
                 raise FieldError("path", f"{self.path!r} has no config.json and is not a known architecture",
-                                 f"point it at a HuggingFace checkpoint dir, or name one of {sorted(KNOWN_SHAPES)}")
+                                 "point it at a HuggingFace checkpoint dir, or name one of "
+                                 f"{sorted(KNOWN_SHAPES) + sorted(VL_KNOWN_SHAPES)}")
             return ModelConfig(**{**shape, **self.shape_overrides()}, **self.numerics)
         return ModelConfig.from_hf(read_hf_config(self.path), **self.numerics)

@@ -7,9 +7,10 @@ arrays: each patch's (row, col) for the 2D rotary angles, which image and which 
 belongs to, and (Qwen3-VL) the bilinear taps into the learned position grid. The device code is then
 shape-static: a bucketed patch count compiles once, padding patches belong to no image (segment 0).
 
-Attention runs over all patches of the batch with a mask (same image, or same window for Qwen2.5-VL's
+Attention runs over all patches given with a mask (same image, or same window for Qwen2.5-VL's
 windowed blocks), so Qwen2.5-VL's window attention needs no token permutation: masks replace the
-reordering transformers does, with the same result. Blocks are scanned in runs of one attention kind
+reordering transformers does, with the same result. Long patch sequences attend in checkpointed query
+blocks (`attention`), so memory grows with N x block, not N^2. Blocks are scanned in runs of one attention kind
 (full or windowed), split at the DeepStack taps.
 """
 
@@ -198,16 +199,39 @@ def rotary_angles(v: VisionConfig, rowcol: jax.Array) -> jax.Array:
     return ang.reshape(ang.shape[0], -1)
 
 
-def _block(v: VisionConfig, p: Params, x: jax.Array, angles: jax.Array, mask: jax.Array) -> jax.Array:
-    """Pre-norm ViT block: x + attn(norm1(x)), then + mlp(norm2(x)). x [N, D], mask bool [N, N]."""
+VISION_QUERY_BLOCK = 512  # longer patch sequences attend in query blocks of this many patches
+
+
+def attention(v: VisionConfig, q: jax.Array, k: jax.Array, val: jax.Array, ids: jax.Array) -> jax.Array:
+    """Bidirectional attention of patches q/k/val [N, H, hd] among patches with the same non-zero id
+    (ids int32[N]: the image, or the Qwen2.5-VL window; 0 = padding, which no patch attends to).
+
+    A long sequence (the training batch's patches of a row: thousands) goes in query blocks, each under
+    `jax.checkpoint`, so at most one block's scores [H, block, N] are live, forward or backward, instead of
+    [H, N, N]; the result is the same softmax, row by row."""
+    N = q.shape[0]
+    scale = v.head_dim ** -0.5
+
+    def block(qb: jax.Array, idb: jax.Array) -> jax.Array:
+        scores = jnp.einsum("nhk,mhk->hnm", qb, k, preferred_element_type=jnp.float32) * scale
+        mask = (idb[:, None] == ids[None, :]) & (ids[None, :] != 0)
+        probs = jax.nn.softmax(jnp.where(mask[None], scores, _NEG_INF), axis=-1).astype(val.dtype)
+        return jnp.einsum("hnm,mhk->nhk", probs, val)
+
+    b = VISION_QUERY_BLOCK
+    if N <= 2 * b or N % b:
+        return block(q, ids)
+    out = jax.lax.map(jax.checkpoint(lambda xs: block(*xs)), (q.reshape(N // b, b, *q.shape[1:]), ids.reshape(N // b, b)))
+    return out.reshape(q.shape)
+
+
+def _block(v: VisionConfig, p: Params, x: jax.Array, angles: jax.Array, ids: jax.Array) -> jax.Array:
+    """Pre-norm ViT block: x + attn(norm1(x)), then + mlp(norm2(x)). x [N, D]; ids int32[N] (`attention`)."""
     dt = x.dtype
     h = _norm(v, x, p, "norm1")
     qkv = jnp.einsum("nd,dshk->snhk", h, p["wqkv"].astype(dt)) + p["bqkv"].astype(dt)[:, None]
     q, k, val = rotate(qkv[0], angles), rotate(qkv[1], angles), qkv[2]
-    scores = jnp.einsum("nhk,mhk->hnm", q, k, preferred_element_type=jnp.float32) * (v.head_dim ** -0.5)
-    scores = jnp.where(mask[None], scores, _NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    attn = jnp.einsum("hnm,mhk->nhk", probs, val)
+    attn = attention(v, q, k, val, ids)
     x = x + jnp.einsum("nhk,hkd->nd", attn, p["wo"].astype(dt)) + p["bo"].astype(dt)
     h = _norm(v, x, p, "norm2")
     if v.family == "qwen3_vl":
@@ -244,8 +268,6 @@ def encode(
         x = x + jnp.einsum("ntd,nt->nd", taps, layout["interp_weight"].astype(dt))
     angles = rotary_angles(v, layout["rowcol"])
     seg, win = layout["segment"], layout["window"]
-    full_mask = (seg[:, None] == seg[None, :]) & (seg[None, :] != 0)
-    window_mask = (win[:, None] == win[None, :]) & (win[None, :] != 0)
     is_full = np.array([v.family == "qwen3_vl" or i in v.fullatt_block_indexes for i in range(v.depth)])
 
     def run(h: jax.Array, start: int, end: int) -> jax.Array:
@@ -254,10 +276,10 @@ def encode(
             stop = start + 1
             while stop < end and is_full[stop] == is_full[start]:
                 stop += 1
-            mask = full_mask if is_full[start] else window_mask
+            ids = seg if is_full[start] else win
 
-            def body(x: jax.Array, p: Params, mask: jax.Array = mask) -> tuple[jax.Array, None]:
-                return _block(v, p, x, angles, mask), None
+            def body(x: jax.Array, p: Params, ids: jax.Array = ids) -> tuple[jax.Array, None]:
+                return _block(v, p, x, angles, ids), None
 
             if remat:
                 body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]

@@ -17,6 +17,7 @@ position p + rope_delta on all three axes (`decode_inputs`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -54,8 +55,10 @@ def abstract_params(cfg: VLConfig) -> dict[str, Any]:
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), param_specs(cfg), is_leaf=_is_spec)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 2))
 def init_params(cfg: VLConfig, key: jax.Array, std: float = 0.02) -> Params:
-    """Random params (normal(0, std) matrices, unit norms, zero biases) in cfg.param_dtype."""
+    """Random params (normal(0, std) matrices, unit norms, zero biases) in cfg.param_dtype (one compiled
+    program, not one per parameter shape)."""
     flat, treedef = jax.tree.flatten(param_specs(cfg), is_leaf=_is_spec)
     keys = jax.random.split(key, len(flat))
     dtype = jnp.dtype(cfg.param_dtype)
@@ -152,7 +155,12 @@ def decode_inputs(tokens: Any, positions: Any, rope_deltas: Any) -> Inputs:
 # ---- device: the model ---------------------------------------------------------------------------
 
 def embed_inputs(cfg: VLConfig, params: Params, inputs: Inputs) -> tuple[jax.Array, jax.Array | None]:
-    """Token embeddings with the image features scattered in, and the DeepStack residuals [n, B, T, D]."""
+    """Token embeddings with the image features scattered in, and the DeepStack residuals [n, B, T, D].
+
+    Two layouts of `vision`: flat (`prepare_inputs`: all patches of the batch in one sequence, `scatter_to`
+    a flat b * T + t index) or per row (`data.vl_batch`: pixel_values [B, P, patch_dim], each row's own
+    patches, `scatter_to` [B, P / merge^2] the token index t in that row). Per row, the encoder runs row by
+    row (vmap), so its work and memory split over the devices the rows are sharded on."""
     dt = jnp.dtype(cfg.dtype)
     tokens = inputs["tokens"]
     B, T = tokens.shape
@@ -160,13 +168,27 @@ def embed_inputs(cfg: VLConfig, params: Params, inputs: Inputs) -> tuple[jax.Arr
     vis = inputs.get("vision")
     if vis is None:
         return x, None
-    merged, deepstack = encode(cfg.vision, params["vision"], vis["pixel_values"], vis, cfg.dtype,
-                               cfg.text.remat, cfg.text.scan_layers)
+
+    def run(v: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array | None]:
+        return encode(cfg.vision, params["vision"], v["pixel_values"], v, cfg.dtype, cfg.text.remat,
+                      cfg.text.scan_layers)
+
+    n = min(len(cfg.vision.deepstack_visual_indexes), cfg.text.num_layers)  # transformers ignores taps past the last layer
+    if vis["pixel_values"].ndim == 3:  # per row
+        vis = {k: constrain(a, ("activation_batch",) + (None,) * (a.ndim - 1)) for k, a in vis.items()}
+        merged, deepstack = jax.vmap(run)(vis)  # [B, M, D], [B, taps, M, D]
+        dest = vis["scatter_to"]
+        x = jax.vmap(lambda row, d, m: row.at[d].set(m.astype(dt), mode="drop"))(x, dest, merged)
+        if deepstack is None or n == 0:
+            return x, None
+        residuals = jax.vmap(lambda d, f: jnp.zeros((n, T, x.shape[-1]), dt).at[:, d].set(f[:n].astype(dt), mode="drop"))(
+            dest, deepstack)
+        return x, residuals.swapaxes(0, 1)
+    merged, deepstack = run(vis)
     dest = vis["scatter_to"]
     x = x.reshape(B * T, -1).at[dest].set(merged.astype(dt), mode="drop").reshape(B, T, -1)
     residuals = None
-    if deepstack is not None:
-        n = min(deepstack.shape[0], cfg.text.num_layers)  # transformers ignores taps past the last layer
+    if deepstack is not None and n:
         residuals = jnp.zeros((n, B * T, x.shape[-1]), dt).at[:, dest].set(deepstack[:n].astype(dt), mode="drop")
         residuals = residuals.reshape(n, B, T, -1)
     return x, residuals

@@ -20,6 +20,7 @@ SUPPORTED_VL_ARCHITECTURES: dict[str, str] = {
 _HF_NAME = {family: hf for hf, family in SUPPORTED_VL_ARCHITECTURES.items()}
 _TEXT_FAMILY = {"qwen3_vl": "qwen3", "qwen2_5_vl": "qwen2"}
 ACTIVATIONS = ("gelu_pytorch_tanh", "gelu", "silu", "quick_gelu")
+_NUMERICS = ("dtype", "param_dtype", "remat", "scan_layers", "attention", "attention_block")
 
 
 def _hashable(value: Any) -> Any:
@@ -143,9 +144,21 @@ class VLConfig:
     def param_dtype(self) -> str:
         return self.text.param_dtype
 
+    # The text decoder's attention settings and size, read by the attention checks, the dry run and MFU.
+    attention = property(lambda self: self.text.attention)
+    attention_block = property(lambda self: self.text.attention_block)
+    num_heads = property(lambda self: self.text.num_heads)
+    num_kv_heads = property(lambda self: self.text.num_kv_heads)
+    num_layers = property(lambda self: self.text.num_layers)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per text token of the decoder (image patches add the encoder's, not counted)."""
+        return self.text.flops_per_token(seq_len)
+
     def replace(self, **changes: Any) -> "VLConfig":
-        """Numerics (dtype, param_dtype, remat, scan_layers) go to the text config; other keys to this one."""
-        numerics = {k: changes.pop(k) for k in ("dtype", "param_dtype", "remat", "scan_layers") if k in changes}
+        """Numerics (dtype, param_dtype, remat, scan_layers, attention, attention_block) go to the text
+        config; other keys to this one."""
+        numerics = {k: changes.pop(k) for k in _NUMERICS if k in changes}
         if numerics:
             changes["text"] = changes.get("text", self.text).replace(**numerics)
         return dataclasses.replace(self, **changes)
@@ -233,7 +246,7 @@ class VLConfig:
         top_known = {"architectures", "model_type", "text_config", "vision_config", "image_token_id", "video_token_id",
                      "vision_start_token_id", "vision_end_token_id", "tie_word_embeddings", "dtype", "torch_dtype",
                      "transformers_version"}
-        numerics = {k: overrides.pop(k) for k in ("dtype", "param_dtype", "remat", "scan_layers") if k in overrides}
+        numerics = {k: overrides.pop(k) for k in _NUMERICS if k in overrides}
         cfg = cls(
             architecture=family, text=text.replace(**numerics), vision=vision,
             mrope_section=tuple(int(s) for s in rope["mrope_section"]),  # type: ignore[arg-type]

@@ -145,7 +145,7 @@ def load_vl_hf(
                 raise CheckpointError(f"{path}: tensor {n!r} has shape {list(files.shape(n))}, expected "
                                       f"{list(want)} from config.json")
         sharding = (NamedSharding(mesh, logical_to_spec(axes[ours], rules)) if mesh is not None
-                    else jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+                    else jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
         if mesh is not None:
             check_divisible(ours, spec.shape, sharding.spec, mesh)
         out[ours] = load_one(files, names, to_ours, bool(count), spec.shape, dtype, sharding)

@@ -22,9 +22,15 @@ from jaxwebrl.judges.reward import JUDGED_SOURCES, REWARD_SOURCES
 class RewardConfig:
     source: str = "rule"  # rule | raw | judge | rule_or_judge (module doc)
     judge: JudgeConfig = dataclasses.field(default_factory=JudgeConfig)  # used when source calls a judge
+    # A positive reward times step_discount ** (turns - 1): a success after wasted steps is worth less than one
+    # at once (1 = off, the papers' binary success).
+    step_discount: float = 1.0
 
     def __post_init__(self) -> None:
         one_of("source", self.source, REWARD_SOURCES)
+        if not 0.0 < self.step_discount <= 1.0:
+            raise FieldError("step_discount", f"{self.step_discount} is not in (0, 1]",
+                             "use 1 (no discount) or e.g. 0.5 (each extra step halves a success's reward)")
         if self.source not in JUDGED_SOURCES:
             return
         if self.judge.kind not in REWARD_JUDGE_KINDS:
@@ -54,6 +60,10 @@ class RLConfig:
     # iterations (BrowserAgent's RFT mixes its rollouts with 80% of the SFT data: 0.8).
     demonstration_share: float = 0.0
     save_rollouts: bool = True  # every trajectory played (kept or not), rewarded, in <workdir>/rl/rollouts.jsonl
+    # Collect iteration k+1's rollouts while iteration k trains, on the weights before k's update (one update
+    # behind, bounded by rollout.max_policy_lag; importance ratios from the sampler's logprobs). Off: strictly
+    # on-policy, as every paper's recipe is written.
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         at_least("iterations", self.iterations, 0)
@@ -64,6 +74,8 @@ class RLConfig:
         if not 0.0 <= self.demonstration_share <= 1.0:
             raise FieldError("demonstration_share", f"{self.demonstration_share} is not in [0, 1]",
                              "give the fraction of the demonstrations mixed in over the run, e.g. 0.8, or 0")
+        if not isinstance(self.overlap, bool):
+            raise FieldError("overlap", f"{self.overlap!r} is not a bool", "set True or False")
         if self.demonstration_share and self.replay_demonstrations:
             raise FieldError("demonstration_share", "is set together with rl.replay_demonstrations",
                              "mix demonstrations either as a count per batch (replay_demonstrations) or as a share "

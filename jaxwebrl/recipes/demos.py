@@ -26,7 +26,7 @@ from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.env import EnvError
 from jaxwebrl.browser.pool import BrowserPool
-from jaxwebrl.data.records import Trajectory, Turn
+from jaxwebrl.data.records import Trajectory, Turn, TurnImage
 from jaxwebrl.recipes.demo_actions import Step, Written, resolve, write_step
 
 Solver = Callable[[str, str, Sequence[Any]], Sequence[Step | str]]  # (task name, goal, elements) -> plan
@@ -174,26 +174,34 @@ async def collect_demonstrations(
 
     async def one(task: Any, seed: int) -> Demonstration:
         async with sem:
-            env = await pool.new_env(env_config)
-            try:
-                try:
-                    obs = await env.reset(task, seed)
-                except EnvError as exc:  # the page did not load: no demonstration from this seed, the rest go on
-                    return Demonstration(task.task_id, seed, "", [], False, f"reset failed: {exc}")
-                name = task.task_id.split(".", 1)[-1]
-                try:
-                    plan = solver(name, obs.goal, obs.elements)
-                except (LookupError, KeyError) as exc:
-                    return Demonstration(task.task_id, seed, obs.goal, [], False, f"no plan: {exc}")
-                steps, error = await play_plan(env, obs, plan, env_config, prompt_format)
-                await settled(env)
-                ev = await env.evaluate()
-                return Demonstration(task.task_id, seed, obs.goal, steps, bool(ev.success) and error is None and bool(steps),
-                                     error)
+            try:  # a browser that dies under an episode must not hang the whole collection
+                return await asyncio.wait_for(play(task, seed), env_config.episode_timeout_s)
+            except asyncio.TimeoutError:
+                return Demonstration(task.task_id, seed, "", [], False,
+                                     f"timeout: the episode took over {env_config.episode_timeout_s:.0f} s")
             finally:
-                await env.close()
                 if on_done is not None:
                     on_done()
+
+    async def play(task: Any, seed: int) -> Demonstration:
+        env = await pool.new_env(env_config)
+        try:
+            try:
+                obs = await env.reset(task, seed)
+            except EnvError as exc:  # the page did not load: no demonstration from this seed, the rest go on
+                return Demonstration(task.task_id, seed, "", [], False, f"reset failed: {exc}")
+            name = task.task_id.split(".", 1)[-1]
+            try:
+                plan = solver(name, obs.goal, obs.elements)
+            except (LookupError, KeyError) as exc:
+                return Demonstration(task.task_id, seed, obs.goal, [], False, f"no plan: {exc}")
+            steps, error = await play_plan(env, obs, plan, env_config, prompt_format)
+            await settled(env)
+            ev = await env.evaluate()
+            return Demonstration(task.task_id, seed, obs.goal, steps, bool(ev.success) and error is None and bool(steps),
+                                 error)
+        finally:
+            await env.close()
 
     found = await asyncio.gather(*(one(t, s) for t in tasks for s in seeds))
     return [d for d in found if d.success or not only_successful]
@@ -215,7 +223,9 @@ def render_demonstrations(
 ) -> list[Trajectory]:
     """BC trajectories: each step's prompt as the agent's context strategy renders it, the response as the
     solver's action text followed by the end-of-turn token."""
-    renderer = PromptRenderer(tokenizer)
+    renderer = PromptRenderer(tokenizer)  # a VL checkpoint's processor renders the screenshots as images
+    tokenizer = renderer.tokenizer
+    images = renderer.processor is not None
     fmt, build = agent.prompt(), get_strategy(agent.strategy)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     eos = eos if eos is not None and eos >= 0 else tokenizer.eos_token_id
@@ -226,11 +236,12 @@ def render_demonstrations(
         pieces: list[list[int]] = []
         for step in d.steps:
             current = dataclasses.replace(step, response_ids=())
-            rendered = renderer.render(build(ContextInputs(fmt, d.goal, past, current, agent.last_k)))
+            rendered = renderer.render(build(ContextInputs(fmt, d.goal, past, current, agent.last_k, images=images)))
             pieces = rendered.pieces
             ids = tuple(tokenizer.encode(step.response_text, add_special_tokens=False)) + (eos,)
             turns.append(Turn(prompt_ids=list(rendered.ids), response_ids=list(ids), response_logprobs=None,
-                              observation=step.observation.text, action=step.action))
+                              observation=step.observation.text, action=step.action,
+                              images=[TurnImage.of(im.data, im.grid_thw, im.pixel_values) for im in rendered.images] or None))
             past.append(dataclasses.replace(step, response_ids=ids))
         if agent.strategy in APPEND_ONLY:
             for t, piece in zip(turns, pieces):

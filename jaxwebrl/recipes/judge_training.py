@@ -78,8 +78,9 @@ class Example:
 # ---- 1. collect --------------------------------------------------------------------------------------
 
 
-async def collect(run: Any, cfg: JudgeTrainingConfig) -> list[Trajectory]:
-    """The BC policy at `temperature` on train and held-out seeds; `metadata['split']` says which."""
+async def collect(run: Any, cfg: JudgeTrainingConfig, only: set[tuple[str, int]] | None = None) -> list[Trajectory]:
+    """The BC policy at `temperature` on train and held-out seeds; `metadata['split']` says which. `only`: play
+    just these (task id, seed) instances (a rerun replaying those whose page did not load)."""
     from jaxwebrl.browser.pool import BrowserPool
     from jaxwebrl.engines.jax_engine import JaxEngine
     from jaxwebrl.models import load_tokenizer
@@ -94,9 +95,11 @@ async def collect(run: Any, cfg: JudgeTrainingConfig) -> list[Trajectory]:
         first = run.bc.demonstration_seeds
         plan = [(t, s, "train") for s in suite.seeds("train", cfg.train_seeds, start=first) for t in tasks]
         plan += [(t, s, "heldout") for s in suite.seeds("test", cfg.heldout_seeds) for t in tasks]
+        if only is not None:
+            plan = [(t, s, name) for t, s, name in plan if (t.task_id, s) in only]
         split = {(t.task_id, s): name for t, s, name in plan}
         tok = load_tokenizer(cfg.policy)
-        engine = JaxEngine.from_checkpoint(cfg.policy, num_slots=run.engine.num_slots, max_len=run.engine.max_len,
+        engine = JaxEngine.from_checkpoint(cfg.policy, **run.engine.jax_kwargs(),
                                            tokenizer=tok)
         agent = dataclasses.replace(run.agent, temperature=cfg.temperature, greedy=False)
         env_cfg = run.browser_env()
@@ -153,20 +156,26 @@ def examples(trajs: Sequence[Trajectory], tokenizer: Any, cfg: JudgeTrainingConf
 # ---- 3. fine-tune ------------------------------------------------------------------------------------
 
 
-def fine_tune(run: Any, cfg: JudgeTrainingConfig, train: Sequence[Example], work: Path) -> Any:
-    """SFT on the verdict tokens, class-balanced batches; returns the Trainer (params, export)."""
+def fine_tune(run: Any, cfg: Any, train: Sequence[Example], work: Path, *, name: str = "judge",
+              balanced: bool = True) -> Any:
+    """SFT on the answer tokens from `cfg.policy`'s weights; returns the Trainer (params, export). `balanced`:
+    each batch holds as many examples labelled True as False (the verifier); else batches are drawn uniformly
+    (the labeler). `cfg` has policy, seq_len, batch, lr, steps and seed (JudgeTrainingConfig,
+    LabelerTrainingConfig)."""
     from jaxwebrl.fields import with_changes
     from jaxwebrl.train.trainer import Trainer
 
     pos = [e for e in train if e.label]
     neg = [e for e in train if not e.label]
-    if not pos or not neg:
+    if balanced and (not pos or not neg):
         raise ValueError(f"the training episodes hold {len(pos)} successes and {len(neg)} failures; a verifier needs "
                          "both (raise train_seeds or samples_per_seed, or the temperature)")
+    if not train:
+        raise ValueError(f"no training example for the {name}: nothing fits seq_len={cfg.seq_len}, or nothing was collected")
     judge_run = with_changes(run, **{
-        "workdir": str(work / "judge"), "model.source": "hf", "model.path": cfg.policy, "loss.kind": "sft",
+        "workdir": str(work / name), "model.source": "hf", "model.path": cfg.policy, "loss.kind": "sft",
         "train.seq_len": cfg.seq_len, "train.micro_batch": max(1, cfg.batch // 2), "train.accum_steps": 1,
-        "train.epochs": 1, "optim.lr": cfg.lr, "log.dir": str(work / "judge" / "logs"),
+        "train.epochs": 1, "optim.lr": cfg.lr, "log.dir": str(work / name / "logs"),
     })
     trainer = Trainer(judge_run, total_steps=cfg.steps, checkpointing=False)
     rng = np.random.default_rng(cfg.seed)
@@ -174,17 +183,20 @@ def fine_tune(run: Any, cfg: JudgeTrainingConfig, train: Sequence[Example], work
 
     def sample(e: Example, i: int) -> Trajectory:
         return Trajectory(task_id=e.task_id, turns=[Turn(prompt_ids=e.prompt_ids, response_ids=e.target_ids)],
-                          group_id=f"judge/{i}", advantage=1.0)
+                          group_id=f"{name}/{i}", advantage=1.0)
 
     losses = []
     for step in range(cfg.steps):
-        picks = [pos[i] for i in rng.integers(0, len(pos), half)] + [neg[i] for i in rng.integers(0, len(neg), cfg.batch - half)]
+        if balanced:
+            picks = [pos[i] for i in rng.integers(0, len(pos), half)] + [neg[i] for i in rng.integers(0, len(neg), cfg.batch - half)]
+        else:
+            picks = [train[i] for i in rng.integers(0, len(train), cfg.batch)]
         samples = build_samples([sample(e, i) for i, e in enumerate(picks)], per="turn", norm="token_mean",
                                 max_len=cfg.seq_len)
         m = trainer.train_on_samples(samples, epochs=1)
         losses.append(m["loss"])
         if step % 20 == 0 or step == cfg.steps - 1:
-            trainer.log({"loss": m["loss"]}, prefix="judge")
+            trainer.log({"loss": m["loss"]}, prefix=name)
     trainer.loss_history = losses  # type: ignore[attr-defined]
     return trainer
 
@@ -282,7 +294,8 @@ def report_md(results: dict[str, Agreement], meta: dict[str, Any]) -> str:
         f"Training episodes: {meta['train_episodes']} ({meta['train_positives']} successes), train seeds "
         f"{meta['train_seeds']}; held-out episodes: {meta['heldout_episodes']} ({meta['heldout_positives']} "
         f"successes), test seeds {meta['heldout_seeds']} (never in training). Episodes longer than the judge's "
-        f"context: {meta['dropped']} dropped.",
+        f"context: {meta['dropped']} dropped; episodes whose page did not load (env_error, played again once): "
+        f"{meta.get('env_errors', 0)} left out.",
         f"Judge: the BC policy's weights fine-tuned {meta['steps']} steps (batch {meta['batch']}, lr {meta['lr']}) "
         f"to write SUCCESS / NOT SUCCESS on class-balanced batches; score = P(first verdict token), moved to the "
         f"training episodes' success rate {meta['train_positives'] / max(1, meta['train_episodes']):.2f} "
@@ -316,11 +329,19 @@ def train_judge(run: Any, cfg: JudgeTrainingConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     episodes_file = work / EPISODES_FILE
     reused = episodes_file.exists()
-    if reused:  # a rerun reuses the collected episodes
+    if reused:  # a rerun reuses the collected episodes and plays again the instances whose page did not load
         trajs = read_trajectories(str(episodes_file))
+        lost = {(t.task_id, int(t.metadata.get("seed", -1))) for t in trajs if t.termination == "env_error"}
+        if lost:
+            trajs = [t for t in trajs if (t.task_id, int(t.metadata.get("seed", -1))) not in lost]
+            trajs += asyncio.run(collect(run, cfg, only=lost))
+            write_jsonl(str(episodes_file), trajs)
     else:
         trajs = asyncio.run(collect(run, cfg))
         write_jsonl(str(episodes_file), trajs)
+    # an episode whose browser failed (env_error: the page did not load) shows the judge nothing to judge
+    env_errors = sum(t.termination == "env_error" for t in trajs)
+    trajs = [t for t in trajs if t.termination != "env_error"]
     t1 = time.perf_counter()
     tok = load_tokenizer(cfg.policy)
     space = run.env.action_space
@@ -348,7 +369,8 @@ def train_judge(run: Any, cfg: JudgeTrainingConfig) -> dict[str, Any]:
     meta = {"policy": cfg.policy, "temperature": cfg.temperature, "tasks": ", ".join(tasks),
             "train_episodes": len(train), "train_positives": sum(e.label for e in train),
             "heldout_episodes": len(held), "heldout_positives": sum(labels), "train_seeds": cfg.train_seeds,
-            "heldout_seeds": cfg.heldout_seeds, "dropped": d1 + d2, "steps": cfg.steps, "batch": cfg.batch,
+            "heldout_seeds": cfg.heldout_seeds, "dropped": d1 + d2, "env_errors": env_errors, "steps": cfg.steps,
+            "batch": cfg.batch,
             "lr": cfg.lr, "collect_s": t1 - t0, "train_s": t2 - t1, "eval_s": t3 - t2}
     meta["export_check"], meta["reused"] = export_check, reused
     (work / "report.md").write_text(report_md(results, meta))

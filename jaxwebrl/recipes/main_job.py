@@ -28,12 +28,14 @@ from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.pipeline import DataIterator, PipelineConfig, make_dataset, trajectory_files_dataset
 from jaxwebrl.data.records import write_jsonl
 from jaxwebrl.fields import with_changes
-from jaxwebrl.models import export_hf, init_params, load_tokenizer
+from jaxwebrl.models import export_hf, init_params
+from jaxwebrl.models.vl_or_text import load_tokenizer_or_processor
 from jaxwebrl.models.tokenizer import train_tokenizer
 from jaxwebrl.recipes.demos import collect_demonstrations, demo_texts, render_demonstrations
 from jaxwebrl.recipes.evaluate import EvalReport, evaluate
 from jaxwebrl.recipes.online import OnlineRL, make_suite, split_tasks
 from jaxwebrl.recipes.report import StageClock, write_run_report
+from jaxwebrl.recipes.vl_bc import init_vl_policy, vl_demonstration_batches
 from jaxwebrl.rollout.suites import get_solvers
 from jaxwebrl.train.checkpoint import has_checkpoint
 from jaxwebrl.train.loop import BatchSource, fit, run_fit
@@ -114,33 +116,40 @@ def behaviour_cloning(run: RunConfig) -> str:
         demos = asyncio.run(_collect_demonstrations(run))
         if not demos:
             raise RuntimeError("the scripted solvers produced no successful demonstration; check tasks.train")
-        tok = train_tokenizer(demo_texts(demos, run.agent), vocab_size=run.bc.vocab_size, out_dir=init_dir)
-        eos = tok.convert_tokens_to_ids("<|im_end|>")
-        model_cfg = run.model.model_config().replace(vocab_size=run.bc.vocab_size, eos_token_id=eos,
-                                                     pad_token_id=tok.pad_token_id)
-        export_hf(model_cfg, init_params(model_cfg, jax.random.key(run.seed)), init_dir, tokenizer_dir=init_dir)
+        if run.model.vision:  # a vision-language policy: tokenizer + processor + Qwen3-VL params (recipes.vl_bc)
+            tok = init_vl_policy(run, demo_texts(demos, run.agent), init_dir)
+        else:
+            tok = train_tokenizer(demo_texts(demos, run.agent), vocab_size=run.bc.vocab_size, out_dir=init_dir)
+            eos = tok.convert_tokens_to_ids("<|im_end|>")
+            model_cfg = run.model.model_config().replace(vocab_size=run.bc.vocab_size, eos_token_id=eos,
+                                                         pad_token_id=tok.pad_token_id)
+            export_hf(model_cfg, init_params(model_cfg, jax.random.key(run.seed)), init_dir, tokenizer_dir=init_dir)
         trajs = render_demonstrations(demos, tok, run.agent)
         write_jsonl(demo_file, trajs)
         lengths = [len(t.turns[-1].prompt_ids) + len(t.turns[-1].response_ids) for t in trajs]
         log(f"{len(trajs)} demonstrations in {time.time() - t0:.0f}s; tokens per demo: median "
             f"{int(np.median(lengths))}, max {max(lengths)}")
     seq_len = run.bc.seq_len or run.train.seq_len
-    source = trajectory_files_dataset([str(demo_file)], run.data.per, "token_mean", run.bc.context_loss_weight)
-    longest = max(len(s) for s in source)
-    if longest > seq_len:  # packing would cut the response off the end of the longest samples
-        raise ValueError(f"bc.seq_len={seq_len} is shorter than the longest demonstration sample ({longest} tokens): "
-                         f"set bc.seq_len to at least {longest}")
+    if not run.model.vision:
+        source = trajectory_files_dataset([str(demo_file)], run.data.per, "token_mean", run.bc.context_loss_weight)
+        longest = max(len(s) for s in source)
+        if longest > seq_len:  # packing would cut the response off the end of the longest samples
+            raise ValueError(f"bc.seq_len={seq_len} is shorter than the longest demonstration sample ({longest} tokens): "
+                             f"set bc.seq_len to at least {longest}")
     ckpt = bc_dir / "checkpoints"
     sft = with_changes(run, **{
         "loss.kind": "sft", "loss.beta": 0.0, "optim.lr": run.bc.lr, "optim.schedule": "warmup_cosine",
         "optim.warmup_ratio": 0.05, "optim.warmup_steps": 0, "optim.max_grad_norm": 1.0,  # RL's warmup is not BC's
         "train.steps": run.bc.steps, "train.seq_len": seq_len, "train.micro_batch": run.bc.micro_batch,
-        "train.accum_steps": 1, "model.source": "hf", "model.path": str(init_dir),
+        "train.accum_steps": 1, "model.source": "hf", "model.path": str(init_dir), "model.vision": {},
         "checkpoint.dir": str(ckpt), "checkpoint.resume": has_checkpoint(str(ckpt)), "log.dir": str(bc_dir / "logs"),
         "data.norm": "token_mean",
         "train.logits_chunk": run.train.logits_chunk if run.train.logits_chunk and seq_len % run.train.logits_chunk == 0 else 0})
     trainer = Trainer(sft, total_steps=run.bc.steps)
-    it = DataIterator(make_dataset(source, PipelineConfig(seq_len=seq_len, rows=trainer.rows, seed=run.seed, mode="pack")))
+    if run.model.vision:  # one sample per row with its screenshots
+        it: Any = vl_demonstration_batches(run, trainer, demo_file, seq_len)
+    else:
+        it = DataIterator(make_dataset(source, PipelineConfig(seq_len=seq_len, rows=trainer.rows, seed=run.seed, mode="pack")))
     trainer.attach_data(it)
     run_fit(trainer, BatchSource(it, name="behaviour cloning", log_prefix="bc"), run.bc.steps,
             progress=run.log.progress, save_every=run.checkpoint.every)
@@ -159,7 +168,7 @@ def reinforcement_learning(run: RunConfig, start_dir: str | None) -> tuple[str, 
     changes: dict[str, Any] = {"checkpoint.dir": str(ckpt), "log.dir": str(rl_dir / "logs"),
                                "checkpoint.resume": has_checkpoint(str(ckpt))}
     if start_dir:
-        changes.update({"model.source": "hf", "model.path": start_dir})
+        changes.update({"model.source": "hf", "model.path": start_dir, "model.vision": {}})
     demo_file = Path(run.workdir) / DEMONSTRATIONS_FILE
     if run.rl.mixes_demonstrations and not run.rl.demonstrations_file and run.bc.enabled and demo_file.exists():
         changes["rl.demonstrations_file"] = str(demo_file)
@@ -195,8 +204,8 @@ async def evaluate_checkpoints(run: RunConfig, policies: dict[str, str], eval_se
         env_cfg, pool_cfg = run.browser_env(), run.env.pool_config()
         async with BrowserPool(pool_cfg, env_cfg) as pool:
             for name, path in policies.items():
-                tokenizer = load_tokenizer(path)
-                engine = JaxEngine.from_checkpoint(path, num_slots=run.engine.num_slots, max_len=run.engine.max_len,
+                tokenizer = load_tokenizer_or_processor(path)  # a VL policy's processor renders the screenshots
+                engine = JaxEngine.from_checkpoint(path, **run.engine.jax_kwargs(),
                                                    tokenizer=tokenizer)
                 bar = tqdm(total=len(eval_tasks) * len(seeds), desc=f"evaluate {name}", unit="ep",
                            disable=not run.log.progress)

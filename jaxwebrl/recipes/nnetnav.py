@@ -87,10 +87,13 @@ class NNetNavJudges:
         return await self.summarizer.judge(traj)
 
     async def label_and_score(self, task_id: str, steps: Sequence["ExploredStep"], summaries: Sequence[str],
-                              final_page: str) -> tuple[Verdict, Verdict | None]:
-        """(labeler verdict, ORM verdict or None when the labeler failed)."""
+                              final_page: str, last_feedback: str | None = None) -> tuple[Verdict, Verdict | None]:
+        """(labeler verdict, ORM verdict or None when the labeler failed). The ORM also gets each action's
+        feedback (a step stores the feedback of the action before it; `last_feedback` is the last action's),
+        which the verifier trained here reads (`nnetnav.judge.kind='verifier'`)."""
         turns = [Turn([], [], observation=s.observation, action=s.response) for s in steps]
-        meta = {"state_changes": list(summaries), "final_observation": final_page}
+        feedback = [s.feedback or "" for s in steps[1:]] + [last_feedback or ""]
+        meta = {"state_changes": list(summaries), "final_observation": final_page, "feedback": feedback}
         label = await self.labeler.judge(Trajectory(task_id, turns, metadata=meta))
         if not label.ok:
             return label, None
@@ -262,7 +265,8 @@ class ExplorationEnv:
             self.store.drop({**base, "reason": reason})
             return True
         summaries = [str(s) for s in self.summaries[:t]]
-        label, orm = await self.judges.label_and_score(self.task_id, self.steps[:t], summaries, self.pages[t].text)
+        last = self.steps[t].feedback if t < len(self.steps) else self._feedback
+        label, orm = await self.judges.label_and_score(self.task_id, self.steps[:t], summaries, self.pages[t].text, last)
         if not label.ok or orm is None or not orm.ok:
             who, v = ("labeler", label) if not label.ok or orm is None else ("orm", orm)
             reason = f"{who} {v.error_kind}: {v.error_detail}"[:500]
@@ -270,8 +274,8 @@ class ExplorationEnv:
             self.store.drop({**base, "reason": reason, "instruction": label.output})
             return True
         if orm.reward < 1.0:
-            self.checks.append(PrefixCheck(t, "rejected", f"ORM score {orm.score:g} < {self.cfg.pass_score}",
-                                           label.output, orm.score))
+            self.checks.append(PrefixCheck(t, "rejected", f"ORM rejected it (score {orm.score:g})", label.output,
+                                           orm.score))
             return False
         self.checks.append(PrefixCheck(t, "accepted", "", label.output, orm.score))
         self.store.add(ExplorationDemo(
@@ -369,11 +373,20 @@ async def _stop_answer(runner: CallRunner, demo: ExplorationDemo, action_space: 
     return (answer, "stop prompt") if answer is not None else ("N/A", "stop prompt gave no stop [answer]")
 
 
+RELABEL_ACTIONS = ("policy", "explored")
+
+
 async def relabel_demo(demo: ExplorationDemo, engine: Engine, tokenizer: Any, agent: AgentConfig,
-                       stop_runner: CallRunner, *, temperature: float = 0.0, seed: int = 0) -> Trajectory:
+                       stop_runner: CallRunner | None, *, temperature: float = 0.0, seed: int = 0,
+                       actions: str = "policy", append_stop: bool = True) -> Trajectory:
     """Per-step SFT data for one demonstration (see the module doc): each step's prompt is the agent's own
     context with the instruction as the task and the explored actions as history; its response is what the
-    policy engine now writes (the engine's token ids); a last turn on the final page stops with the answer."""
+    policy engine now writes (the engine's token ids; `actions='policy'`, the paper) or the explored response
+    itself (`actions='explored'`: the action whose effect the labeler described, for a policy too weak to
+    re-write it); with `append_stop`, a last turn on the final page stops with the answer (the stop prompt's,
+    on `stop_runner`)."""
+    if actions not in RELABEL_ACTIONS:
+        raise ValueError(f"relabel actions {actions!r}: use one of {RELABEL_ACTIONS}")
     fmt, build = agent.prompt(), get_strategy(agent.strategy)
     space = get_action_space(fmt.action_space)
     renderer = PromptRenderer(tokenizer)
@@ -389,15 +402,21 @@ async def relabel_demo(demo: ExplorationDemo, engine: Engine, tokenizer: Any, ag
         rendered = renderer.render(build(ContextInputs(fmt, demo.instruction, past, current, agent.last_k)))
         pieces = rendered.pieces
         if i < len(demo.steps):
-            gen = await engine.generate(rendered.ids, params, session_id=f"relabel-{demo.episode_id}-{demo.prune_step}")
-            ids = list(gen.token_ids)
-            text = tokenizer.decode(ids, skip_special_tokens=True)
+            if actions == "explored":
+                text = demo.steps[i].response
+                ids, logprobs = list(tokenizer.encode(text, add_special_tokens=False)) + [_eos(tokenizer)], None
+            else:
+                gen = await engine.generate(rendered.ids, params, session_id=f"relabel-{demo.episode_id}-{demo.prune_step}")
+                ids, logprobs = list(gen.token_ids), list(gen.logprobs)
+                text = tokenizer.decode(ids, skip_special_tokens=True)
             parsed = space.parse(text)
-            turns.append(Turn(list(rendered.ids), ids, list(gen.logprobs), observation=page, action=text,
+            turns.append(Turn(list(rendered.ids), ids, logprobs, observation=page, action=text,
                               format_ok=fmt.format_ok(text) and isinstance(parsed, list) and bool(parsed)))
             step = demo.steps[i]
             past.append(StepRecord(observation=current.observation, feedback=current.feedback,
                                    response_text=step.response, action=step.action))
+        elif not append_stop or stop_runner is None:
+            answer, how = "", "not appended"
         else:
             answer, how = await _stop_answer(stop_runner, demo, fmt.action_space)
             action = STOP_ACTION[fmt.action_space].format(answer=answer.replace("'", "").replace('"', ""))
@@ -418,16 +437,19 @@ async def relabel_demo(demo: ExplorationDemo, engine: Engine, tokenizer: Any, ag
 
 async def relabel(demos: Sequence[ExplorationDemo], engine: Engine, tokenizer: Any, agent: AgentConfig,
                   stop_backend: JudgeBackend, *, temperature: float = 0.0, options: JudgeOptions | None = None,
-                  concurrency: int = 4, failures: list[dict[str, Any]] | None = None) -> list[Trajectory]:
-    """Relabel every demonstration; one whose engine call fails is left out and recorded in `failures`
-    (the demonstration itself stays in demonstrations.jsonl and can be relabelled again)."""
+                  concurrency: int = 4, failures: list[dict[str, Any]] | None = None, actions: str = "policy",
+                  append_stop: bool = True) -> list[Trajectory]:
+    """Relabel every demonstration (`actions`, `append_stop`: see `relabel_demo`); one whose engine call fails
+    is left out and recorded in `failures` (the demonstration itself stays in demonstrations.jsonl and can be
+    relabelled again)."""
     runner = CallRunner(stop_backend, options or JudgeOptions())
     sem = asyncio.Semaphore(concurrency)
 
     async def one(i: int, d: ExplorationDemo) -> Trajectory | None:
         async with sem:
             try:
-                return await relabel_demo(d, engine, tokenizer, agent, runner, temperature=temperature, seed=i)
+                return await relabel_demo(d, engine, tokenizer, agent, runner, temperature=temperature, seed=i,
+                                          actions=actions, append_stop=append_stop)
             except Exception as exc:  # noqa: BLE001 - one failed relabeling never loses the others
                 if failures is not None:
                     failures.append({"episode_id": d.episode_id, "prune_step": d.prune_step,

@@ -11,6 +11,8 @@ import dataclasses
 from jaxwebrl.judges.config import JudgeConfig
 from jaxwebrl.fields import FieldError, at_least
 
+SUMMARIZERS = ("model", "page_diff")
+
 
 def _seeds(spec: str) -> list[int]:
     """'0:80' -> 0..79; '1,5,9' -> [1, 5, 9]."""
@@ -40,7 +42,14 @@ class NNetNavConfig:
     relabel_temperature: float = 0.0  # the agent policy re-writing each step (0 = greedy)
     best_of_k: int = 1  # K (paper's optional BofK: 3): K-1 extra agent episodes per instruction, ORM picks the best
     judge_uses_policy: bool = True  # one model for everything (the paper); False: `judge` describes the judge model
+    # the judge model: the summariser, labeler and ORM (kind 'nnetnav_orm', the paper's 1..5 prompt), or the ORM
+    # alone when it is the verifier trained here (kind 'verifier': SUCCESS accepts the prefix; the summariser and
+    # labeler then need `summarizer='page_diff'` and `labeler_path`)
     judge: JudgeConfig = dataclasses.field(default_factory=lambda: JudgeConfig(kind="nnetnav_orm", engine="jax"))
+    summarizer: str = "model"  # 'model': the judge model writes Delta(o, a, o') (the paper); 'page_diff': a rule
+    labeler_path: str = ""  # a labeler trained here (HF dir, in-process JaxEngine; configs/labeler_local.py); '' = the judge model
+    relabel_actions: str = "policy"  # 'policy': the agent re-writes each step (the paper); 'explored': keep the explored action
+    append_stop: bool = True  # relabeling appends a final stop [answer] turn (MiniWoB++ pages end episodes themselves)
     judge_timeout_s: float = 120.0
     judge_max_new_tokens: int = 256
     output_dir: str = ""  # '' = <workdir>/nnetnav
@@ -65,8 +74,21 @@ class NNetNavConfig:
             raise FieldError("seeds", f"{self.seeds!r} does not parse", "write 'lo:hi' or a comma list of integers") from exc
         if not self.seed_list():
             raise FieldError("seeds", f"{self.seeds!r} names no seed", "name at least one, e.g. '0:80'")
+        if self.summarizer not in SUMMARIZERS:
+            raise FieldError("summarizer", f"{self.summarizer!r} is not one of {SUMMARIZERS}",
+                             "use 'model' (the judge model writes the summaries) or 'page_diff' (a rule)")
+        if self.relabel_actions not in ("policy", "explored"):
+            raise FieldError("relabel_actions", f"{self.relabel_actions!r} is not 'policy' or 'explored'",
+                             "use 'policy' (the paper: the agent re-writes each step) or 'explored'")
         if not self.judge_uses_policy:
             self.judge.validate()
+        if self.judge.kind not in ("nnetnav_orm", "verifier"):
+            raise FieldError("judge.kind", f"{self.judge.kind!r} cannot score NNetNav prefixes",
+                             "use 'nnetnav_orm' (the paper's ORM prompt) or 'verifier' (the judge trained here)")
+        if self.judge.kind == "verifier" and (self.judge_uses_policy or self.summarizer != "page_diff" or not self.labeler_path):
+            raise FieldError("judge.kind", "'verifier' is an ORM only: it writes no summaries or instructions",
+                             "set judge_uses_policy=False with judge.model_path, summarizer='page_diff' and "
+                             "labeler_path (configs/nnetnav_trained_judges.py)")
 
     def schedule(self) -> tuple[int, ...]:
         """The pruning steps {k, 2k, ..., <= max_steps}."""

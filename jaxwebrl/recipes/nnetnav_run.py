@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import write_jsonl
-from jaxwebrl.judges.backends import JudgeOptions
+from jaxwebrl.judges.backends import EngineBackend, JudgeOptions
 from jaxwebrl.recipes.nnetnav import (
     DemoStore, NNetNavJudges, best_of_k, explore, exploration_report, label_accuracy, read_demos, relabel, write_report,
 )
@@ -37,14 +37,26 @@ def judge_options(nn: NNetNavConfig) -> JudgeOptions:
 
 def make_judges(nn: NNetNavConfig, engine: Any, tokenizer: Any, action_space: str) -> NNetNavJudges:
     """The paper's single model (`judge_uses_policy`), else the judge model `nn.judge` describes (jax / sglang /
-    openai), shared by summariser, labeler and ORM."""
-    if nn.judge_uses_policy:
-        return NNetNavJudges.on_engine(engine, tokenizer, judge_options(nn), action_space=action_space,
-                                       pass_score=nn.pass_score)
-    from jaxwebrl.judges.config import make_backend
+    openai), shared by summariser, labeler and ORM; then the parts trained here or written by rule replace
+    theirs: `summarizer='page_diff'`, `labeler_path` (its own in-process JaxEngine), `judge.kind='verifier'`."""
+    from jaxwebrl.judges.config import JudgeConfig, make_backend
+    from jaxwebrl.judges.nnetnav import TrajectoryLabeler
+    from jaxwebrl.judges.verifier import VerifierJudge
+    from jaxwebrl.recipes.nnetnav_summary import PageDiffSummarizer
 
-    return NNetNavJudges.on(make_backend(nn.judge), judge_options(nn), action_space=action_space,
-                            pass_score=nn.pass_score)
+    opts = judge_options(nn)
+    backend = (EngineBackend(engine, tokenizer, owns_engine=False) if nn.judge_uses_policy
+               else make_backend(nn.judge))
+    judges = NNetNavJudges.on(backend, opts, action_space=action_space, pass_score=nn.pass_score)
+    if nn.summarizer == "page_diff":
+        judges.summarizer = PageDiffSummarizer(action_space)  # type: ignore[assignment]
+    if nn.labeler_path:
+        labeler = make_backend(JudgeConfig(kind="nnetnav_labeler", engine="jax", model_path=nn.labeler_path,
+                                           jax_num_slots=nn.judge.jax_num_slots, jax_max_len=nn.judge.jax_max_len))
+        judges.labeler = TrajectoryLabeler(labeler, opts, action_space=action_space)
+    if nn.judge.kind == "verifier":
+        judges.orm = VerifierJudge(backend, opts, action_space=action_space)  # type: ignore[assignment]
+    return judges
 
 
 async def run_pipeline(run: Any, nn: NNetNavConfig, *, stages: Sequence[str] = STAGES,
@@ -89,7 +101,7 @@ async def run_pipeline(run: Any, nn: NNetNavConfig, *, stages: Sequence[str] = S
                     failures: list[dict[str, Any]] = []
                     trajs = await relabel(demos, engine, tokenizer, run.agent, judges.orm.backend,
                                           temperature=nn.relabel_temperature, options=judge_options(nn),
-                                          failures=failures)
+                                          failures=failures, actions=nn.relabel_actions, append_stop=nn.append_stop)
                     if nn.best_of_k > 1:
                         by_key = {(d.episode_id, d.prune_step): d for d in demos}
                         trajs = [await best_of_k(by_key[(t.metadata["episode_id"], t.metadata["prune_step"])], t,

@@ -28,7 +28,7 @@ def run_samples(run: Any, trajectories: Sequence[Trajectory], reward_source: str
     `stats` gets the recipe's filter counts."""
     recipe = get_recipe(run.recipe)
     if reward_source is not None:
-        assign_rewards(recipe, trajectories, reward_source)
+        assign_rewards(recipe, trajectories, reward_source, run.reward.step_discount)
     return rollout_samples(recipe, trajectories, per=run.data.per, norm=run.data.norm, max_len=run.train.seq_len,
                            group_size=run.rollout.group_size, dynamic_sampling=run.train.dynamic_sampling,
                            scale_adv_by_std=run.train.scale_adv_by_std, adv_eps=run.train.adv_eps, stats=stats)

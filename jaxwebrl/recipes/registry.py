@@ -87,22 +87,28 @@ register_reward("raw", raw_reward)
 # ---- applying a recipe -----------------------------------------------------------------------------
 
 
-def assign_rewards(recipe: Recipe, trajectories: Sequence[Trajectory], source: str = "rule") -> None:
+def assign_rewards(recipe: Recipe, trajectories: Sequence[Trajectory], source: str = "rule",
+                   step_discount: float = 1.0) -> None:
     """Set each trajectory's reward: the recipe's (`source` rule / judge / rule_or_judge: its reward function maps
-    `episode_success`, which is the judge's verdict where one was recorded), or the environment's raw one."""
+    `episode_success`, which is the judge's verdict where one was recorded), or the environment's raw one.
+
+    `step_discount` < 1 (`reward.step_discount`) scales a positive reward by step_discount ** (turns - 1): a
+    success reached after clicks that changed nothing is worth less than the same success at once, so the
+    group's advantages tell them apart (greedy evaluation gets no second attempt). Penalties stay as they are."""
     fn = REWARDS["raw"] if source == "raw" else REWARDS[recipe.reward]
     for t in trajectories:
-        t.reward = fn(t)
+        r = fn(t)
+        t.reward = r * step_discount ** max(0, len(t.turns) - 1) if r > 0 else r
 
 
 def accept_group(recipe: Recipe, trajectories: Sequence[Trajectory], *, dynamic_sampling: bool,
-                 reward_source: str = "rule") -> bool:
+                 reward_source: str = "rule", step_discount: float = 1.0) -> bool:
     """Dynamic sampling: keep a finished group only when its rewards differ (else it teaches GRPO nothing),
     judged after the recipe's filters, so a member that will not train (e.g. masked by an infrastructure
     failure) does not count as variance."""
     if not dynamic_sampling:
         return True
-    assign_rewards(recipe, trajectories, reward_source)
+    assign_rewards(recipe, trajectories, reward_source, step_discount)
     return has_reward_variance(apply_filters(recipe.filters, trajectories, group_size=len(trajectories)))
 
 

@@ -2,8 +2,9 @@
 
 Each trajectory of a group runs in its own browser context; episodes advance independently; the engine
 batches whatever requests are waiting. A group leaves for training as soon as its last trajectory ends
-(`stream` yields groups in completion order, refilling the freed capacity at once). Groups whose policy is
-more than `max_policy_lag` versions behind the trainer are dropped (off-policy limit). `mode="lockstep"`
+(`stream` yields groups in completion order, refilling the freed capacity at once). Groups whose oldest token
+is more than `max_policy_lag` weight updates behind the policy they will train (`policy_lag`) are dropped as
+they finish (off-policy limit). `mode="lockstep"`
 keeps the classic synchronous loop (all environments step together, wait for the slowest, next batch only
 when the whole batch ended) as the benchmark baseline.
 
@@ -64,15 +65,29 @@ class CollectStats:
     rejected: int = 0
     episodes: int = 0
     successes: int = 0  # over every episode played, accepted or not (the policy's sampled success rate)
+    # episodes the infrastructure ended (a browser crashed or its server was lost): masked, and neither a
+    # success nor a failure of the policy
+    env_errors: int = 0
     wall_s: float = 0.0
     time: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def add(self, group: Group) -> None:
         self.episodes += len(group.episodes)
         self.successes += sum(bool(e.success) for e in group.episodes)
+        self.env_errors += sum(is_env_error(e.trajectory) for e in group.episodes)
         for e in group.episodes:
             for k, v in e.timings.items():
                 self.time[k] = self.time.get(k, 0.0) + v
+
+    @property
+    def success_rate(self) -> float:
+        """Successes over the episodes the policy played to an outcome (env_error episodes left out)."""
+        return self.successes / max(1, self.episodes - self.env_errors)
+
+
+def is_env_error(trajectory: Trajectory) -> bool:
+    """Whether the infrastructure, not the policy, ended the episode (browser crashed, hung or lost)."""
+    return trajectory.termination == "env_error"
 
 
 TaskStream = Iterator[tuple[Task, int]]
@@ -93,7 +108,11 @@ class Collector:
         rollout: RolloutConfig,
         policy_version: Callable[[], int] = lambda: 0,
         scorer: EpisodeScorer | None = None,
+        policy_lag: Callable[[int], int] | None = None,
     ):
+        """`policy_version()` is the version new episodes start on; `policy_lag(version)` how many weight
+        updates separate `version` from the policy a group finishing now will train (default: the difference
+        of the two versions, for callers that count versions one per update)."""
         agent.validate()
         self.scorer = scorer
         self.pool, self.engine, self.tokenizer = pool, engine, tokenizer
@@ -101,6 +120,7 @@ class Collector:
         self.renderer = PromptRenderer(tokenizer)
         self.limits = OperationLimits(dict(rollout.limits))
         self.policy_version = policy_version
+        self.policy_lag = policy_lag or (lambda version: self.policy_version() - version)
         self._group_counter = itertools.count()
         self._sample_seed = itertools.count(1)
         self.dropped_stale = 0
@@ -164,14 +184,16 @@ class Collector:
         try:
             while running:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                fresh = []
                 for fut in done:
                     running.discard(fut)
-                refill()
-                for fut in done:
                     group = fut.result()
-                    if self.policy_version() - group.policy_version > self.rollout.max_policy_lag:
+                    if self.policy_lag(group.policy_version) > self.rollout.max_policy_lag:
                         self.dropped_stale += 1
-                        continue
+                    else:
+                        fresh.append(group)
+                refill()  # after counting the stale ones: they do not use up a `collect` budget
+                for group in fresh:
                     yield group
         finally:
             for fut in running:
@@ -199,10 +221,22 @@ class Collector:
         max_groups: int | None = None,
         agent_for: Callable[[Task], AgentConfig] | None = None,
     ) -> tuple[list[Group], CollectStats]:
-        """Collect until `num_groups` groups pass `accept` (dynamic sampling) or `max_groups` were tried."""
+        """Collect until `num_groups` groups pass `accept` (dynamic sampling) or `max_groups` were tried
+        (groups dropped as stale are played again and do not count)."""
         stats, kept, t0 = CollectStats(), [], time.perf_counter()
+        stale_before = self.dropped_stale
         limit = max_groups or num_groups * 4
-        stream = self.stream(itertools.islice(tasks, limit), agent_for)
+
+        def budget() -> Iterator[tuple[Task, int]]:
+            started = 0
+            while started < limit + self.dropped_stale - stale_before:
+                try:
+                    yield next(tasks)
+                except StopIteration:
+                    return
+                started += 1
+
+        stream = self.stream(budget(), agent_for)
         try:
             async for group in stream:
                 stats.groups += 1
@@ -216,5 +250,5 @@ class Collector:
         finally:
             await stream.aclose()
         stats.wall_s = time.perf_counter() - t0
-        stats.dropped_stale = self.dropped_stale
+        stats.dropped_stale = self.dropped_stale - stale_before
         return kept, stats

@@ -21,7 +21,7 @@ class RolloutConfig:
     group_size: int = 4  # G trajectories per task instance
     mode: str = "async"
     max_concurrent_groups: int = 2  # groups in flight; each holds `group_size` browser contexts
-    max_policy_lag: int = 1  # drop groups whose oldest token is more than this many versions old
+    max_policy_lag: int = 1  # drop groups whose oldest token is more than this many weight updates old
     groups_per_iteration: int = 4  # accepted groups per update
     max_groups_per_iteration: int = 0  # give up after this many tried (0 = 4x groups_per_iteration)
     # Per-operation concurrency (0 = unlimited; WebGym: separate pools per operation).

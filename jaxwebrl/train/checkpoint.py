@@ -53,8 +53,19 @@ def model_config_to_json(cfg: ModelConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def model_config_from_json(d: dict[str, Any]) -> ModelConfig:
+def model_config_from_json(d: dict[str, Any]) -> Any:
+    """The ModelConfig (or a VL model's VLConfig, whose dict nests `text` and `vision`) saved in a checkpoint's meta."""
     d = dict(d)
+    if "vision" in d:
+        from jaxwebrl.models.vl_config import VLConfig, VisionConfig
+
+        v = dict(d.pop("vision"))
+        for k in ("deepstack_visual_indexes", "fullatt_block_indexes"):
+            v[k] = tuple(v.get(k) or ())
+        v["hf_extra"] = tuple(tuple(x) for x in v.get("hf_extra") or ())
+        return VLConfig(**{**d, "text": model_config_from_json(d["text"]), "vision": VisionConfig(**v),
+                           "mrope_section": tuple(d["mrope_section"]),
+                           "hf_extra": tuple(tuple(x) for x in d.get("hf_extra") or ())})
     for k in ("rope_scaling", "hf_extra"):
         if d.get(k) is not None:
             d[k] = tuple(tuple(x) for x in d[k])

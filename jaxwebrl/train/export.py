@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 
-from jaxwebrl.models import abstract_params, export_hf
+from jaxwebrl.models import abstract_params
+from jaxwebrl.models import vl
+from jaxwebrl.models.vl_config import VLConfig
+from jaxwebrl.models.vl_or_text import export_policy_hf
 from jaxwebrl.train.checkpoint import Checkpointer, model_config_from_json
 
 
@@ -22,9 +25,9 @@ def export_checkpoint(checkpoint: str, out: str, step: int | None = None, dtype:
                                     "the numbered step folders")
         meta = ck.read_meta(step)
         cfg = model_config_from_json(meta["model"])
-        params = ck.restore_params(abstract_params(cfg), step)
+        params = ck.restore_params(vl.abstract_params(cfg) if isinstance(cfg, VLConfig) else abstract_params(cfg), step)
         tok = tokenizer or meta.get("tokenizer_dir")
-        export_hf(cfg, params, out, tokenizer_dir=tok if tok and os.path.isdir(tok) else None, dtype=dtype)
+        export_policy_hf(cfg, params, out, tokenizer_dir=tok if tok and os.path.isdir(tok) else None, dtype=dtype)
     finally:
         ck.close()
     return out

@@ -9,12 +9,18 @@ a host pads its batches in length with padding tokens (segment 0) and adds batch
 normaliser. Padding a batch packed at length L to a longer length keeps it exact (the extra positions
 are padding), so one exchange suffices; the cost is that hosts with short rollouts compute over the
 longest host's length.
+
+The online loop needs two more things per host: its own rollout engine holds a full host-local copy of the
+policy (`host_local`: an allgather every host makes at the same point, at start and after each agreed
+update), its own stream of tasks and seeds (`host_seed`), so hosts do not play the same episodes, and its
+own record files in the shared workdir (`host_path`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import os
+from typing import Any, Sequence
 
 import jax
 import numpy as np
@@ -60,3 +66,37 @@ def conform(batches: Sequence[Batch], plan: RoundPlan, rows: int) -> list[Batch]
         out.append({k: np.pad(np.asarray(b[k]), ((0, 0), (0, plan.seq_len - T))) for k in BATCH_FIELDS})
     out += [empty_rows(rows, plan.seq_len) for _ in range(plan.num_batches - len(out))]
     return out
+
+
+def host_local(tree: Any) -> Any:
+    """`tree` with every leaf whole on this host (numpy), for a rollout engine each host runs on its own.
+
+    On one process the tree is returned as it is. With several, leaves sharded across hosts are gathered: a
+    collective, so every host must call this at the same point (after an update all hosts agreed to run)."""
+    if jax.process_count() == 1:
+        return tree
+    from jax.experimental import multihost_utils
+
+    def whole(a: Any) -> Any:
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+        return np.asarray(a)
+
+    return jax.tree.map(whole, tree)
+
+
+def host_seed(seed: int) -> int:
+    """A seed of this host's own (the run's `seed` on one process), so hosts draw different tasks and seeds."""
+    if jax.process_count() == 1:
+        return int(seed)
+    return int(np.random.SeedSequence([int(seed), jax.process_index()]).generate_state(1)[0])
+
+
+def host_path(path: str | os.PathLike[str]) -> str:
+    """`path` itself on one process; with several, this host's own file beside it (`history.host1.jsonl`), so
+    hosts sharing a workdir never append to one record file."""
+    path = os.fspath(path)
+    if jax.process_count() == 1:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.host{jax.process_index()}{ext}"

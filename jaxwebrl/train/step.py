@@ -9,9 +9,10 @@ Logprobs are computed from the final hidden states in length chunks under `jax.c
 [B, T, V] float32 logits of a 150k-vocabulary model are never all live at once (`logits_chunk`).
 
 Vision-language models (`StepConfig.model` a `VLConfig`): the batch also holds `mrope_positions`
-[accum, 3, mb, T] (rows over data x fsdp like the tokens) and `vision` [accum, num_patches, ...] (the
-micro-batch's patches, replicated), built by `data.vl_batch`; the vision encoder runs inside the step, and
-`freeze_vision` keeps its params fixed (no gradient, no update, no weight decay).
+[accum, mb, 3, T] and `vision` [accum, mb, patches, ...] (each row's own image patches), built by
+`data.vl_batch`; every array's rows are sharded over (data, fsdp) like the tokens, so the vision encoder
+runs inside the step on each device's own rows, and `freeze_vision` keeps its params fixed (no gradient,
+no update, no weight decay).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import Mesh
-
-from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxwebrl.models import ModelConfig, abstract_params, hidden_states, lm_head, logical_axes
 from jaxwebrl.models import vl
@@ -127,11 +126,18 @@ def _unshift(x: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.zeros_like(x[..., :1]), x[..., :-1]], axis=-1)
 
 
+def _vl_inputs(cfg: StepConfig, micro: dict[str, Any]) -> dict[str, Any] | None:
+    """A VL micro-batch's model inputs: M-RoPE positions as the model takes them [3, mb, T], and the rows' patches."""
+    if not isinstance(cfg.model, VLConfig):
+        return None
+    return {"mrope_positions": jnp.swapaxes(micro["mrope_positions"], 0, 1), "vision": micro["vision"]}
+
+
 def micro_loss(cfg: StepConfig, params: Any, micro: dict[str, jax.Array]) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
     """(loss_sum, (denominator, metric_sums)) of one micro-batch [mb, T]."""
     if cfg.freeze_vision and isinstance(cfg.model, VLConfig):
         params = {**params, "vision": jax.lax.stop_gradient(params["vision"])}
-    vl_inputs = {k: micro[k] for k in VL_KEYS} if isinstance(cfg.model, VLConfig) else None
+    vl_inputs = _vl_inputs(cfg, micro)
     lp, ent = next_token_logprobs(cfg, params, micro["tokens"], micro["positions"], micro["segment_ids"], vl_inputs)
     aligned = {k: _shift(v) for k, v in micro.items() if k not in ("tokens", "positions", "segment_ids", *VL_KEYS)}
     if ent is not None:
@@ -148,21 +154,9 @@ def param_shardings(model: ModelConfig | VLConfig, mesh: Mesh) -> Any:
 
 
 def batch_shardings(model: ModelConfig | VLConfig, mesh: Mesh) -> Any:
-    """Shardings of a step's batch: one for every token-aligned array; a VL batch's mrope_positions rows
-    like the tokens, its vision arrays replicated (a pytree prefix of the batch dict)."""
-    tok = batch_spec_sharding(mesh)
-    if not isinstance(model, VLConfig):
-        return tok
-    rows = tok.spec[1]
-    return {"mrope_positions": NamedSharding(mesh, PartitionSpec(None, None, rows, None)),
-            "vision": replicated(mesh), "_tokens": tok}
-
-
-def _batch_in_shardings(model: ModelConfig | VLConfig, mesh: Mesh, keys: Sequence[str]) -> Any:
-    sh = batch_shardings(model, mesh)
-    if not isinstance(sh, dict):
-        return sh
-    return {k: sh[k] if k in VL_KEYS else sh["_tokens"] for k in keys}
+    """Sharding of every array of a step's batch (a pytree prefix): rows over (data, fsdp). A VL batch's
+    mrope_positions and vision arrays are row-major too ([accum, mb, ...]), so the one sharding fits all."""
+    return batch_spec_sharding(mesh)
 
 
 def state_shardings(model: ModelConfig | VLConfig, tx: optax.GradientTransformation, mesh: Mesh) -> State:
@@ -192,21 +186,21 @@ def abstract_batch(mesh: Mesh, accum: int, micro_batch: int, seq_len: int, with_
     return {k: jax.ShapeDtypeStruct((accum, micro_batch, seq_len), dt, sharding=sh) for k, dt in keys.items()}
 
 
-def abstract_vl_batch(model: VLConfig, mesh: Mesh, accum: int, micro_batch: int, seq_len: int, num_patches: int,
+def abstract_vl_batch(model: VLConfig, mesh: Mesh, accum: int, micro_batch: int, seq_len: int, patches: int,
                       with_ref: bool) -> dict[str, Any]:
-    """`abstract_batch` plus a VL batch's mrope_positions and `num_patches` rows of vision inputs per
-    micro-batch (the shapes `data.vl_batch` makes)."""
+    """`abstract_batch` plus a VL batch's mrope_positions and `patches` image patch rows per row (the shapes
+    `data.vl_batch` makes), all sharded by rows."""
     from jaxwebrl.models.vision import patch_layout
 
     out: dict[str, Any] = dict(abstract_batch(mesh, accum, micro_batch, seq_len, with_ref))
     sh = batch_shardings(model, mesh)
     v = model.vision
-    layout = patch_layout(v, np.zeros((0, 3), np.int64), num_patches)
-    vision = {k: jax.ShapeDtypeStruct((accum,) + a.shape, a.dtype, sharding=sh["vision"]) for k, a in layout.items()}
-    vision["pixel_values"] = jax.ShapeDtypeStruct((accum, num_patches, v.patch_dim), jnp.float32, sharding=sh["vision"])
-    vision["scatter_to"] = jax.ShapeDtypeStruct((accum, num_patches // v.merge_unit), jnp.int32, sharding=sh["vision"])
-    out["mrope_positions"] = jax.ShapeDtypeStruct((accum, 3, micro_batch, seq_len), jnp.int32,
-                                                  sharding=sh["mrope_positions"])
+    lead = (accum, micro_batch)
+    layout = patch_layout(v, np.zeros((0, 3), np.int64), patches)
+    vision = {k: jax.ShapeDtypeStruct(lead + a.shape, a.dtype, sharding=sh) for k, a in layout.items()}
+    vision["pixel_values"] = jax.ShapeDtypeStruct(lead + (patches, v.patch_dim), jnp.float32, sharding=sh)
+    vision["scatter_to"] = jax.ShapeDtypeStruct(lead + (patches // v.merge_unit,), jnp.int32, sharding=sh)
+    out["mrope_positions"] = jax.ShapeDtypeStruct(lead + (3, seq_len), jnp.int32, sharding=sh)
     out["vision"] = vision
     return out
 
@@ -285,7 +279,7 @@ def make_train_step(cfg: StepConfig, tx: optax.GradientTransformation, mesh: Mes
     s_sh = state_shardings(cfg.model, tx, mesh)
     keys = list(BATCH_KEYS) + ([REF_KEY] if cfg.loss.needs_reference else []) + (
         list(VL_KEYS) if isinstance(cfg.model, VLConfig) else [])
-    b_sh = _batch_in_shardings(cfg.model, mesh, keys)
+    b_sh = {k: batch_shardings(cfg.model, mesh) for k in keys}
     rep = replicated(mesh)
     fn = lambda state, batch: train_step(cfg, tx, schedule, state, batch)  # noqa: E731
     return jax.jit(fn, in_shardings=(s_sh, b_sh), out_shardings=(s_sh, rep), donate_argnums=(0,))
@@ -295,35 +289,32 @@ def make_score_fn(cfg: StepConfig, mesh: Mesh) -> Callable[[Any, dict[str, jax.A
     """Token-aligned logprobs [accum, mb, T] of a batch under `params` (old-policy or reference scoring);
     params sharded like the policy (a frozen reference model uses the same shardings)."""
     p_sh = param_shardings(cfg.model, mesh)
-    b_sh = batch_spec_sharding(mesh)
+    b_sh = batch_shardings(cfg.model, mesh)
     nocfg = dataclasses.replace(cfg, with_entropy=False)
-    is_vl = isinstance(cfg.model, VLConfig)
-    extra = VL_KEYS if is_vl else ()
+    extra = VL_KEYS if isinstance(cfg.model, VLConfig) else ()
 
     def score(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
         def one(_: None, m: dict[str, jax.Array]) -> tuple[None, jax.Array]:
-            vl_inputs = {k: m[k] for k in extra} if is_vl else None
-            lp, _ = next_token_logprobs(nocfg, params, m["tokens"], m["positions"], m["segment_ids"], vl_inputs)
+            lp, _ = next_token_logprobs(nocfg, params, m["tokens"], m["positions"], m["segment_ids"], _vl_inputs(cfg, m))
             return None, _unshift(lp)
 
         sub = {k: batch[k] for k in ("tokens", "positions", "segment_ids", *extra)}
         return jax.lax.scan(one, None, sub)[1]
 
-    # a VL batch's arrays keep the shardings they were placed with (data.vl_batch + the trainer's device_put)
-    return jax.jit(score, in_shardings=(p_sh, None if is_vl else b_sh), out_shardings=b_sh)
+    # every array of the batch (VL ones included) keeps the row sharding it was placed with (pipeline.to_device)
+    return jax.jit(score, in_shardings=(p_sh, None), out_shardings=b_sh)
 
 
 def lower_train_step(cfg: StepConfig, tx: optax.GradientTransformation, mesh: Mesh, accum: int, micro_batch: int,
                      seq_len: int, schedule: optax.Schedule | None = None, compile: bool = True,
-                     num_patches: int = 0) -> Any:
+                     patches: int = 0) -> Any:
     """Lower and (unless `compile=False`) compile the step against abstract state and batch (no weights
-    allocated): the Compiled, or the Lowered program. VL models: `num_patches` image patch rows per
-    micro-batch."""
+    allocated): the Compiled, or the Lowered program. VL models: `patches` image patch rows per row."""
     step = make_train_step(cfg, tx, mesh, schedule)
     if isinstance(cfg.model, VLConfig):
-        if num_patches < 1:
-            raise ValueError("lowering a vision-language step needs num_patches (image patch rows per micro-batch)")
-        batch = abstract_vl_batch(cfg.model, mesh, accum, micro_batch, seq_len, num_patches, cfg.loss.needs_reference)
+        if patches < 1:
+            raise ValueError("lowering a vision-language step needs patches (image patch rows per row)")
+        batch = abstract_vl_batch(cfg.model, mesh, accum, micro_batch, seq_len, patches, cfg.loss.needs_reference)
     else:
         batch = abstract_batch(mesh, accum, micro_batch, seq_len, cfg.loss.needs_reference)
     with jax.set_mesh(mesh):

@@ -17,6 +17,7 @@ from jaxwebrl.agent.episode import AgentConfig
 from jaxwebrl.agent.prompts import extract_tag, get_format
 from jaxwebrl.browser import EnvConfig, ObsConfig
 from jaxwebrl.browser.actions import ParseError, get_action_space
+from jaxwebrl.config import apply_variants
 from jaxwebrl.data.samples import build_samples
 from jaxwebrl.models.tokenizer import train_tokenizer
 from jaxwebrl.recipes.demos import collect_demonstrations, demo_texts, render_demonstrations
@@ -104,7 +105,13 @@ def test_mismatched_prompt_format_is_refused(runner, pool, miniwob):
 
 
 def paper_setup(name: str) -> tuple[str, str, str, str, int, str]:
+    """A paper config's prompt setup. A screenshot config (text_mode 'none') renders here with its text stand-in,
+    the local variant's page text (prompt format, strategy and action space stay the paper's); the screenshot
+    prompts are tested in tests/test_agent_vl.py."""
     c = importlib.import_module(f"configs.{name}").get_config()
+    if c.env.text_mode == "none":
+        c.local = True
+        c = apply_variants(c)
     return c.env.action_space, c.agent.prompt_format, c.agent.strategy, c.env.text_mode, int(c.agent.last_k), c.data.per
 
 

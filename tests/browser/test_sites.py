@@ -111,3 +111,39 @@ def test_evaluator_functions():
     assert not url_match("http://h:1/category/home", "http://h:1/category/home?sort=price_desc")
     assert not url_match("http://h:2/category/home", "http://h:1/category/home")
     assert contents_match("a b c", {"must_include": ["a", "c"]}) and not contents_match("a", {"must_exclude": ["a"]})
+
+
+def test_page_latency_is_lognormal_and_waits_on_the_request_thread():
+    """Draws follow the configured quantiles; a server with latency holds each page (not its static files) on
+    the request's own thread, so 8 concurrent pages wait side by side, not one after another."""
+    import concurrent.futures
+    import time
+    import urllib.request
+
+    import numpy as np
+
+    from envs.sites import SITES
+    from envs.sites.latency import PageLatency
+    from envs.sites.server import SiteServer
+
+    lat = PageLatency.parse("lognormal:median=1.0,p90=3.0,max=20", seed=1)
+    draws = np.array([lat.draw() for _ in range(40_000)])
+    assert abs(np.median(draws) - 1.0) < 0.03 and abs(np.quantile(draws, 0.9) - 3.0) < 0.1 and draws.max() <= 20
+    assert PageLatency.parse("off") is None and PageLatency.parse("lognormal") == PageLatency()
+    with pytest.raises(ValueError, match="unknown parameter 'p95'"):
+        PageLatency.parse("lognormal:p95=3")
+    with pytest.raises(ValueError, match="the only kind is 'lognormal'"):
+        PageLatency.parse("pareto:alpha=1")
+
+    with SiteServer(SITES["shop"], latency=PageLatency(0.4, 0.4, 0.4)) as server:  # sigma 0: always 0.4 s
+        def fetch(path: str) -> float:
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(server.url + path, timeout=10) as r:
+                assert r.status == 200 and r.read()
+            return time.perf_counter() - t0
+
+        assert fetch("/static/site.css") < 0.3
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            each = list(ex.map(fetch, ["/"] * 8))
+        assert min(each) >= 0.4 and time.perf_counter() - t0 < 8 * 0.4 / 2

@@ -1,0 +1,130 @@
+"""PagePool: the device memory of the JaxEngine's prefix cache, fixed-size pages of keys and values.
+
+The pool is `{"k", "v"}` of [layers, pages, kv_heads, page_size, head_dim], apart from the engine's slot
+cache [layers, slots, kv_heads, max_len, head_dim]. Two jitted copies move blocks between them: `store`
+writes blocks of a slot's row into pages (after a prefill, and when a request ends, so its response is
+cached too), `load` writes a list of pages into the start of a slot's row (a request whose prompt begins
+with cached blocks). Decoding then reads each slot's row contiguously, exactly as without the cache.
+
+Why copy instead of attending through a page table: on CPU, XLA gathers the pages of every slot into a new
+buffer at every decode step and layer before the matmul (no fused paged-attention kernel), which multiplies
+the decode step's memory traffic, the part that dominates it at long contexts; a copy happens once per
+request. The page list of a slot is what `RadixIndex.match` returns.
+
+Page counts are bucketed to powers of two (padded ids), so a run compiles a handful of copy programs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxwebrl.sharding import tree_shardings
+
+KVPages = dict[str, jax.Array]
+
+POOL_AXES = ("layers", "cache_pages", "kv_heads", "cache_length", "head_dim")
+
+
+def page_buckets(max_pages: int) -> tuple[int, ...]:
+    """Powers of two below `max_pages`, then `max_pages` itself."""
+    out, b = [], 1
+    while b < max_pages:
+        out.append(b)
+        b *= 2
+    return tuple(out) + (max_pages,)
+
+
+def _store(pool: KVPages, cache: dict[str, jax.Array], slot: jax.Array, blocks: jax.Array,
+           pages: jax.Array) -> KVPages:
+    """pool[:, pages[i]] = block blocks[i] of row `slot`; ids >= num_pages (padding) are dropped."""
+    L, P, K, page, hd = pool["k"].shape
+    usable = (cache["k"].shape[3] // page) * page
+    out = {}
+    for n in ("k", "v"):
+        row = jax.lax.dynamic_index_in_dim(cache[n], slot, axis=1, keepdims=False)[:, :, :usable]  # [L,K,T,hd]
+        row = row.reshape(L, K, usable // page, page, hd)
+        picked = jnp.take(row, blocks, axis=2).transpose(0, 2, 1, 3, 4)  # [L, nb, K, page, hd]
+        out[n] = pool[n].at[:, pages].set(picked.astype(pool[n].dtype), mode="drop")
+    return out
+
+
+def _load(cache: dict[str, jax.Array], pool: KVPages, slot: jax.Array, pages: jax.Array) -> dict[str, jax.Array]:
+    """Row `slot` positions [0, nb * page) = pool pages `pages` in order. Positions past the real pages get
+    padding pages' contents; they are past the prompt's cached part and written before anything reads them."""
+    L, _, K, page, hd = pool["k"].shape
+    nb = pages.shape[0]
+    zero = jnp.zeros((), jnp.int32)
+    out = {}
+    for n in ("k", "v"):
+        seq = jnp.take(pool[n], pages, axis=1).transpose(0, 2, 1, 3, 4).reshape(L, K, nb * page, hd)
+        out[n] = jax.lax.dynamic_update_slice(cache[n], seq[:, None].astype(cache[n].dtype), (zero, slot, zero, zero, zero))
+    return out
+
+
+def named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`fn` under a unique name, so JAX's compile events say which engine's program compiled."""
+
+    def wrapper(*args: Any) -> Any:
+        return fn(*args)
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    return wrapper
+
+
+class PagePool:
+    """Pages of keys and values on the devices, and the two copy programs; see the module doc."""
+
+    def __init__(self, num_pages: int, page_size: int, cache_shape: tuple[int, ...], dtype: Any,
+                 mesh: Mesh | None = None, name: str = "pool") -> None:
+        """`cache_shape`: the slot cache's [layers, slots, kv_heads, max_len, head_dim]; `mesh`: where it lives
+        (pages are replicated, kv heads split as the rules table says)."""
+        L, _, K, max_len, hd = cache_shape
+        if max_len < page_size:
+            raise ValueError(f"page_size={page_size} exceeds the cache length {max_len}")
+        self.num_pages, self.page_size = int(num_pages), int(page_size)
+        self.max_pages = max_len // page_size  # whole pages a row holds
+        self.buckets = page_buckets(self.max_pages)
+        shape = (L, self.num_pages, K, page_size, hd)
+        if mesh is None:
+            sharding: Any = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        else:
+            sharding = tree_shardings(jax.ShapeDtypeStruct(shape, dtype), POOL_AXES, mesh)
+        self.mesh = mesh
+        with self._mesh_ctx():
+            self.arrays: KVPages = jax.jit(lambda: {n: jnp.zeros(shape, dtype) for n in ("k", "v")},
+                                           out_shardings={"k": sharding, "v": sharding})()
+        self._store = jax.jit(named(_store, f"{name}_store"), donate_argnums=(0,))
+        self._load = jax.jit(named(_load, f"{name}_load"), donate_argnums=(0,))
+
+    def _mesh_ctx(self) -> contextlib.AbstractContextManager[Any]:
+        return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.arrays.values())
+
+    def _bucket(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
+
+    def store(self, cache: dict[str, jax.Array], slot: int, blocks: list[int], pages: list[int]) -> None:
+        """Copy blocks `blocks` of row `slot` into pages `pages` (same length). Device thread only."""
+        nb = self._bucket(len(blocks))
+        b = np.zeros(nb, np.int32)
+        p = np.full(nb, self.num_pages, np.int32)  # out of range: dropped
+        b[: len(blocks)], p[: len(pages)] = blocks, pages
+        with self._mesh_ctx():
+            self.arrays = self._store(self.arrays, cache, np.int32(slot), b, p)
+
+    def load(self, cache: dict[str, jax.Array], slot: int, pages: list[int]) -> dict[str, jax.Array]:
+        """The cache (donated) with row `slot` starting with pages `pages`. Device thread only."""
+        nb = self._bucket(len(pages))
+        p = np.zeros(nb, np.int32)
+        p[: len(pages)] = pages
+        with self._mesh_ctx():
+            return self._load(cache, self.arrays, np.int32(slot), p)
