@@ -54,22 +54,11 @@ if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" >/dev/null 2>&1; 
     exit 0
 fi
 
-find_python() {
-    local c
-    for c in "${BROWSERGYM_PYTHON:-}" /root/.pyenv/versions/3.12*/bin/python /root/.pyenv/versions/3.11*/bin/python \
-             "$HOME"/.pyenv/versions/3.12*/bin/python "$HOME"/.pyenv/versions/3.11*/bin/python python3.12 python3.11 python3; do
-        [ -n "$c" ] || continue
-        command -v "$c" >/dev/null 2>&1 || [ -x "$c" ] || continue
-        if "$c" -c 'import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 1)' >/dev/null 2>&1; then
-            echo "$c"
-            return 0
-        fi
-    done
-    return 1
-}
+source "$REPO/scripts/find_python.sh"
 
 if [ ! -x "$VENV/bin/python" ]; then
-    if ! PY="$(find_python)"; then
+    if ! PY="$(find_python 3.10 3.12 "${BROWSERGYM_PYTHON:-}" /root/.pyenv/versions/3.12*/bin/python \
+            /root/.pyenv/versions/3.11*/bin/python "$HOME"/.pyenv/versions/3.12*/bin/python python3.12 python3.11)"; then
         echo "setup_browsergym_env: no Python 3.10-3.12 found; browsergym-core needs one." >&2
         echo "  Install one (e.g. 'pyenv install 3.12') and rerun, or set BROWSERGYM_PYTHON=/path/to/python." >&2
         exit 3

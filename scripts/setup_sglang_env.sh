@@ -18,22 +18,11 @@ if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import sgl_jax" >/dev/nul
     exit 0
 fi
 
-find_python312() {
-    local c
-    for c in "${PYTHON312:-}" python3.13 python3.12 /root/.pyenv/versions/3.12*/bin/python /root/.pyenv/versions/3.13*/bin/python \
-             "$HOME"/.pyenv/versions/3.12*/bin/python /usr/bin/python3.12 /usr/local/bin/python3.12; do
-        [ -n "$c" ] || continue
-        command -v "$c" >/dev/null 2>&1 || [ -x "$c" ] || continue
-        if "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; then
-            echo "$c"
-            return 0
-        fi
-    done
-    return 1
-}
+source "$REPO/scripts/find_python.sh"
 
 if [ ! -x "$VENV/bin/python" ]; then
-    if ! PY="$(find_python312)"; then
+    if ! PY="$(find_python 3.12 3.99 "${PYTHON312:-}" python3.13 python3.12 \
+            /root/.pyenv/versions/3.12*/bin/python "$HOME"/.pyenv/versions/3.12*/bin/python /usr/bin/python3.12)"; then
         echo "setup_sglang_env: no Python >= 3.12 found; sglang-jax needs it." >&2
         echo "  Install one (e.g. 'pyenv install 3.12' or 'apt-get install python3.12-venv') and rerun," >&2
         echo "  or point PYTHON312=/path/to/python3.12 at it. The SGLang tests skip without it." >&2

@@ -23,22 +23,11 @@ if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" >/dev/null 2>&1; 
     exit 0
 fi
 
-find_python() {
-    local c
-    for c in "${TUNIX_PYTHON_BASE:-}" python3.11 python3 python3.12 python3.13 /root/.pyenv/versions/3.11*/bin/python \
-             "$HOME"/.pyenv/versions/3.11*/bin/python; do
-        [ -n "$c" ] || continue
-        command -v "$c" >/dev/null 2>&1 || [ -x "$c" ] || continue
-        if "$c" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else 1)' >/dev/null 2>&1; then
-            echo "$c"
-            return 0
-        fi
-    done
-    return 1
-}
+source "$REPO/scripts/find_python.sh"
 
 if [ ! -x "$VENV/bin/python" ]; then
-    if ! PY="$(find_python)"; then
+    if ! PY="$(find_python 3.11 3.13 "${TUNIX_PYTHON_BASE:-}" python3.11 python3 python3.12 \
+            /root/.pyenv/versions/3.11*/bin/python "$HOME"/.pyenv/versions/3.11*/bin/python)"; then
         echo "setup_tunix_env: no Python 3.11-3.13 found; jax 0.10.2 and google-tunix need one." >&2
         echo "  Install one and rerun, or set TUNIX_PYTHON_BASE=/path/to/python3.11." >&2
         exit 3
