@@ -24,6 +24,7 @@ is what the ratios use. Greedy decoding, fp32, the same generated-token count fo
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import dataclasses
@@ -100,7 +101,7 @@ def workload(args: argparse.Namespace, vocab: int) -> list[Load]:
     return [grpo() for _ in range(1 + args.rounds)]
 
 
-class Runner:
+class Runner(abc.ABC):
     """One engine under test: `start`, then `run(load)` any number of times (each returns seconds, generated
     tokens and the prompt tokens it prefilled / reused where the engine says), then `stop`."""
 
@@ -108,8 +109,8 @@ class Runner:
 
     async def start(self) -> None: ...
 
-    async def run(self, load: Load) -> dict[str, float]:
-        raise NotImplementedError  # every concrete runner below implements it
+    @abc.abstractmethod
+    async def run(self, load: Load) -> dict[str, float]: ...
 
     async def stop(self) -> None: ...
 
