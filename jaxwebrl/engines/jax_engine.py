@@ -211,6 +211,7 @@ class JaxEngine:
         else:
             one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # this host's (multi-host: its own engine)
             self._param_shardings = jax.tree.map(lambda _: one, params)
+        self._placement = mesh if mesh is not None else one  # the page pool lives where the cache does
         self._params = jax.device_put(params, self._param_shardings, may_alias=False)
         self._param_avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self._params)
         cache_shapes = jax.eval_shape(lambda: init_cache(text_cfg, self.num_slots, self.max_len, cache_dtype))
@@ -246,7 +247,7 @@ class JaxEngine:
                 raise ValueError(f"prefix_cache_tokens={tokens} and max_len={self.max_len} must hold at least one "
                                  f"page of page_size={self.page_size} tokens; raise them or set prefix_cache=False")
             self._pool = PagePool(tokens // self.page_size, self.page_size, cache_shapes["k"].shape,
-                                  cache_shapes["k"].dtype, mesh, name=f"jaxengine{self._uid}")
+                                  cache_shapes["k"].dtype, self._placement, name=f"jaxengine{self._uid}")
             self._index = RadixIndex(self._pool.num_pages, self.page_size)
         self._cache_epoch = 0  # += 1 on every weight update: cached keys and values of older epochs are stale
         self._index_epoch = 0  # the epoch the index holds (device thread)

@@ -81,9 +81,10 @@ class PagePool:
     """Pages of keys and values on the devices, and the two copy programs; see the module doc."""
 
     def __init__(self, num_pages: int, page_size: int, cache_shape: tuple[int, ...], dtype: Any,
-                 mesh: Mesh | None = None, name: str = "pool") -> None:
-        """`cache_shape`: the slot cache's [layers, slots, kv_heads, max_len, head_dim]; `mesh`: where it lives
-        (pages are replicated, kv heads split as the rules table says)."""
+                 placement: Mesh | jax.sharding.Sharding, name: str = "pool") -> None:
+        """`cache_shape`: the slot cache's [layers, slots, kv_heads, max_len, head_dim]; `placement`: where the
+        engine keeps that cache, a mesh (pages replicated, kv heads split as the rules table says) or the one
+        device's sharding."""
         L, _, K, max_len, hd = cache_shape
         if max_len < page_size:
             raise ValueError(f"page_size={page_size} exceeds the cache length {max_len}")
@@ -91,10 +92,9 @@ class PagePool:
         self.max_pages = max_len // page_size  # whole pages a row holds
         self.buckets = page_buckets(self.max_pages)
         shape = (L, self.num_pages, K, page_size, hd)
-        if mesh is None:
-            sharding: Any = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        else:
-            sharding = tree_shardings(jax.ShapeDtypeStruct(shape, dtype), POOL_AXES, mesh)
+        mesh = placement if isinstance(placement, Mesh) else None
+        sharding: Any = (tree_shardings(jax.ShapeDtypeStruct(shape, dtype), POOL_AXES, mesh) if mesh is not None
+                         else placement)
         self.mesh = mesh
         with self._mesh_ctx():
             self.arrays: KVPages = jax.jit(lambda: {n: jnp.zeros(shape, dtype) for n in ("k", "v")},
