@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from multidevice import xla_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPILED = ("grpo_tpu", "grpo_openwebrl:text")
 PAPER_CONFIGS = {  # config -> (model params in billions, seq_len) the paper uses
@@ -60,7 +62,7 @@ for name in sys.argv[2:]:
 
 
 def test_paper_configs_compile_at_paper_shapes():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, "XLA_FLAGS": xla_flags(8), "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", CODE, ",".join(COMPILED), *PAPER_CONFIGS], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=600)

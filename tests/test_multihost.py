@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from multidevice import xla_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = str(ROOT / "tests" / "multihost_worker.py")
 
@@ -28,7 +30,7 @@ def _free_port() -> int:
 
 
 def _env(devices: int) -> dict[str, str]:
-    return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
+    return {**os.environ, "XLA_FLAGS": xla_flags(devices), "JAX_PLATFORMS": "cpu",
             "PYTHONPATH": str(ROOT)}
 
 

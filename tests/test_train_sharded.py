@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from multidevice import xla_flags
+
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+ENV = {**os.environ, "XLA_FLAGS": xla_flags(8), "JAX_PLATFORMS": "cpu"}
 
 SHARDED = r"""
 import jax, numpy as np
