@@ -4,8 +4,9 @@ import os
 
 # The suite compiles hundreds of small programs and runs each a few times, so compiling is most of its CPU
 # time: XLA's CPU backend at optimisation level 0 (LLVM codegen only: the HLO passes are the default's, values
-# agree to float32 rounding) takes ~40% less on compile-bound tests (tests/test_models_cache.py + test_train_step.py: 136 s
-# -> 83 s). Subprocesses inherit it (tests/multidevice.xla_flags); scripts, benchmarks and runs keep the default.
+# agree to float32 rounding) takes ~40% less on compile-bound tests (test_models_cache.py + test_train_step.py:
+# 136 s -> 83 s). Subprocesses inherit it (tests/multidevice.xla_flags); scripts, benchmarks and runs keep the
+# default.
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{TEST_XLA_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
