@@ -81,3 +81,17 @@ def test_demo_subsets_read_the_demonstrated_tasks_from_the_demo_file(tmp_path: P
     assert demo_subsets(demos, reports) == {"tasks with demonstrations": {"a", "b"},
                                             "tasks without demonstrations": {"c"}}
     assert demo_subsets(demos, {"BC": _report({"a": [1]})}) is None  # every evaluated task was demonstrated
+
+
+def test_transformers_check_loads_text_and_vision_language_exports(tmp_path: Path) -> None:
+    """The report's proof of export: a text policy loads as a causal LM, a Qwen3-VL policy as an image-text
+    model with its processor (the full visual local run failed here once: its report asked for a causal LM)."""
+    from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
+    from jaxwebrl.models.vl_tiny import make_tiny_vl_checkpoint
+    from jaxwebrl.recipes.report import transformers_check
+
+    make_tiny_checkpoint(tmp_path / "text", tiny_config("qwen3"))
+    make_tiny_vl_checkpoint(tmp_path / "vl", "qwen3_vl")
+    text, vl = transformers_check(str(tmp_path / "text")), transformers_check(str(tmp_path / "vl"))
+    assert "AutoModelForCausalLM" in text and "(Qwen3ForCausalLM)" in text
+    assert "AutoModelForImageTextToText" in vl and "(Qwen3VLForConditionalGeneration)" in vl and "screenshot" in vl

@@ -149,20 +149,39 @@ class StageClock:
 
 
 def transformers_check(path: str) -> str:
-    """Load the exported policy with transformers and generate greedily: the proof the export is usable."""
+    """Load the exported policy with transformers and generate greedily: the proof the export is usable. A
+    vision-language policy loads as `AutoModelForImageTextToText` with its processor and sees a blank
+    screenshot; a text policy as `AutoModelForCausalLM`."""
     import torch
     import transformers
 
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    prompt = tok.apply_chat_template([{"role": "user", "content": 'Task: Click on the "OK" button.'}],
-                                     tokenize=False, add_generation_prompt=True)
-    ids = tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    out = model.generate(ids, max_new_tokens=12, do_sample=False)
-    text = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
-    return (f"`transformers.AutoModelForCausalLM.from_pretrained({path!r})` loaded "
+    from jaxwebrl.models.vl_or_text import is_vl_checkpoint
+
+    goal = 'Task: Click on the "OK" button.'
+    if is_vl_checkpoint(path):
+        from PIL import Image
+
+        from jaxwebrl.models.processor import load_processor
+
+        auto, proc = "AutoModelForImageTextToText", load_processor(path)
+        tok = proc.tokenizer
+        model = transformers.AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
+        content = [{"type": "image"}, {"type": "text", "text": goal}]
+        prompt = proc.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                          add_generation_prompt=True)
+        inputs = dict(proc(text=[prompt], images=[Image.new("RGB", (160, 210), "white")], return_tensors="pt"))
+        what = "a chat prompt with a blank 160 x 210 screenshot"
+    else:
+        auto, tok = "AutoModelForCausalLM", transformers.AutoTokenizer.from_pretrained(path)
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        prompt = tok.apply_chat_template([{"role": "user", "content": goal}], tokenize=False, add_generation_prompt=True)
+        inputs = {"input_ids": tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids}
+        what = "a chat prompt"
+    out = model.generate(**inputs, max_new_tokens=12, do_sample=False)
+    text = tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    return (f"`transformers.{auto}.from_pretrained({path!r})` loaded "
             f"{sum(p.numel() for p in model.parameters()):,} parameters ({type(model).__name__}); greedy "
-            f"`generate` on a chat prompt returned: `{text!r}`")
+            f"`generate` on {what} returned: `{text!r}`")
 
 
 def demonstration_subsets(demo_file: Path, reports: Mapping[str, EvalReport]) -> dict[str, set[str]] | None:
