@@ -6,7 +6,7 @@ import os
 # time: XLA's CPU backend at optimisation level 0 (LLVM codegen only: the HLO passes are the default's, values
 # agree to float32 rounding). Whole suite, quiet 2-core machine: 2,039 s -> 1,814 s. Compile-bound tests take
 # 15-65% less; run-bound ones more (the sglang-jax judge tests up to 1.9x). Subprocesses inherit it
-# (tests/multidevice.xla_flags); scripts, benchmarks and runs keep the default.
+# (tests/multidevice.device_env); scripts, benchmarks and runs keep the default.
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{TEST_XLA_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()

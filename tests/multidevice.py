@@ -11,14 +11,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def xla_flags(devices: int) -> str:
-    """The suite's XLA flags (tests/conftest.py) plus `devices` fake CPU devices, for a subprocess."""
-    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+def device_env(devices: int) -> dict[str, str]:
+    """The environment of a subprocess with `devices` fake CPU devices: the suite's XLA flags
+    (tests/conftest.py) plus the device count, JAX on the CPU, the repository importable."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+    return dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
 
 
 def run_with_devices(code: str, devices: int = 8, timeout: int = 600) -> str:
-    env = dict(os.environ, XLA_FLAGS=xla_flags(devices), JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT))
+    env = device_env(devices)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:

@@ -17,12 +17,11 @@ bucket 4,096) are lowered only: their CPU compile takes minutes (BUILD.md has th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from multidevice import xla_flags
+from multidevice import device_env
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILED = ("grpo_tpu", "grpo_openwebrl:text")
@@ -62,8 +61,7 @@ for name in sys.argv[2:]:
 
 
 def test_paper_configs_compile_at_paper_shapes():
-    env = {**os.environ, "XLA_FLAGS": xla_flags(8), "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": str(ROOT)}
+    env = device_env(8)
     r = subprocess.run([sys.executable, "-c", CODE, ",".join(COMPILED), *PAPER_CONFIGS], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,7 +22,7 @@ import transformers
 from jaxwebrl.engines import EngineClosedError, JaxEngine, SamplingParams
 from jaxwebrl.models import export_hf, forward, init_params, load_tokenizer, token_logprobs
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
-from multidevice import xla_flags
+from multidevice import device_env
 
 MAX_LEN = 128
 BUCKETS = (64, MAX_LEN)  # few prefill programs: compile time dominates these tests on a shared CPU
@@ -326,7 +325,7 @@ def test_tensor_parallel_sampling_matches_single_device(tiny: dict[str, Any], en
             return [(g.token_ids, g.logprobs) for g in gens]
         print(json.dumps(asyncio.run(main())))
     """)
-    env = dict(os.environ, XLA_FLAGS=xla_flags(2), JAX_PLATFORMS="cpu")
+    env = device_env(2)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "'tensor'" in proc.stdout.split("SHARDING", 1)[1].splitlines()[0]

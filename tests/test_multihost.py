@@ -9,7 +9,6 @@ hosts agree on every update and both engines serve the same updated params."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from multidevice import xla_flags
+from multidevice import device_env
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = str(ROOT / "tests" / "multihost_worker.py")
@@ -29,11 +28,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env(devices: int) -> dict[str, str]:
-    return {**os.environ, "XLA_FLAGS": xla_flags(devices), "JAX_PLATFORMS": "cpu",
-            "PYTHONPATH": str(ROOT)}
-
-
 def _report(out: str) -> dict:
     line = next(x for x in out.splitlines() if x.startswith("WORKER_REPORT "))
     return json.loads(line[len("WORKER_REPORT "):])
@@ -43,7 +37,7 @@ def _two_hosts(workdir: Path, *mode: str, timeout: float = 600) -> list[dict]:
     """Run the worker as processes 0 and 1 (4 CPU devices each); their reports. A hang (a collective one host
     skipped) fails after `timeout`; a crashed peer aborts the survivor after the 20 s heartbeat timeout."""
     port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, WORKER, str(i), "2", port, str(workdir), *mode], env=_env(4),
+    procs = [subprocess.Popen([sys.executable, WORKER, str(i), "2", port, str(workdir), *mode], env=device_env(4),
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = []
     for p in procs:
@@ -60,7 +54,7 @@ def _two_hosts(workdir: Path, *mode: str, timeout: float = 600) -> list[dict]:
 
 def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
     outs = _two_hosts(tmp_path)
-    single = subprocess.run([sys.executable, WORKER, "0", "1", "0", str(tmp_path)], env=_env(1), cwd=ROOT,
+    single = subprocess.run([sys.executable, WORKER, "0", "1", "0", str(tmp_path)], env=device_env(1), cwd=ROOT,
                             capture_output=True, text=True, timeout=240)
     assert single.returncode == 0, single.stdout + single.stderr[-4000:]
     ref = _report(single.stdout)

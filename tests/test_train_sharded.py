@@ -4,15 +4,14 @@ configs/grpo_tpu.py (2 layers) lowers and compiles with the full Qwen2.5-3B widt
 Each runs in a subprocess because the device count must be fixed before jax is imported."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from multidevice import xla_flags
+from multidevice import device_env
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "XLA_FLAGS": xla_flags(8), "JAX_PLATFORMS": "cpu"}
+ENV = device_env(8)
 
 SHARDED = r"""
 import jax, numpy as np
