@@ -134,10 +134,11 @@ class JaxRunner(Runner):
         self.sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, ignore_eos=True)
 
     async def run(self, load: Load) -> dict[str, float]:
-        before = self.engine.stats()
+        before, compiled = self.engine.stats(), sum(self.engine.compile_counts().values())
         seconds, tokens = await _generate_turns(self.engine, load, self.sp)
         after = self.engine.stats()
-        return {"s": seconds, "tokens": tokens, "compiles": sum(self.engine.compile_counts().values()),
+        # programs compiled during this run (the counts are cumulative over the engine's life)
+        return {"s": seconds, "tokens": tokens, "compiles": sum(self.engine.compile_counts().values()) - compiled,
                 "prefilled": after["prefill_tokens"] - before["prefill_tokens"],
                 "reused": after["cached_tokens"] - before["cached_tokens"]}
 
