@@ -87,6 +87,29 @@ def test_greedy_tokens_and_logprobs_equal_jax_engine(served: Any) -> None:
     assert sum(len(g.token_ids) > 50 for g in remote) >= 2
 
 
+def test_concurrent_first_requests_share_one_context_lookup(served: Any) -> None:
+    """A fresh client's first burst asks the server its context length once, not once per request (the
+    server's access log counts the lookups)."""
+    log = Path(served["server"].log_path)
+
+    def lookups() -> int:
+        text = log.read_text(errors="replace")
+        return text.count("GET /get_model_info") + text.count("GET /get_server_info")
+
+    async def main() -> list[Any]:
+        engine = SGLangEngine(served["server"].url)
+        try:
+            sp = SamplingParams(greedy=True, max_new_tokens=4, ignore_eos=True)
+            return list(await asyncio.gather(*(engine.generate(p, sp) for p in served["prompts"])))
+        finally:
+            await engine.close()
+
+    before = lookups()
+    out = asyncio.run(main())
+    assert [len(g.token_ids) for g in out] == [4] * len(served["prompts"])
+    assert 1 <= lookups() - before <= 2  # /get_model_info, and /get_server_info if the first has no length
+
+
 def test_sampling_controls_pass_through(served: Any) -> None:
     prompt = served["prompts"][2]
 

@@ -97,6 +97,7 @@ class SGLangEngine:
         self._timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
         self._client: httpx.AsyncClient | None = None
         self._context_len: int | None = None
+        self._context_lookup: asyncio.Task[int | None] | None = None  # one lookup shared by concurrent requests
         self._ids = itertools.count()
         self._closed = False
         self._exports: list[Path] = []
@@ -149,16 +150,25 @@ class SGLangEngine:
         raise EngineUnavailableError(f"SGLang server {self.url} not healthy after {timeout or self.startup_timeout:.0f}s ({last})")
 
     async def context_length(self) -> int | None:
-        """The server's context length (from /get_model_info or /get_server_info), cached."""
+        """The server's context length (from /get_model_info or /get_server_info), cached. Requests that arrive
+        together before it is known share one lookup (a burst of 16 waited on 16 lookups in turn, ~2 s each
+        from a busy sglang-jax server); a lookup that failed or found nothing is tried again next time."""
         if self._context_len is None:
-            for path in ("/get_model_info", "/get_server_info"):
-                resp = await self._request("GET", path)
-                if resp.status_code == 200:
-                    value = resp.json().get("context_length") or resp.json().get("context_len")
-                    if value:
-                        self._context_len = int(value)
-                        break
+            loop, task = asyncio.get_running_loop(), self._context_lookup
+            if task is None or task.get_loop() is not loop or (task.done() and (
+                    task.cancelled() or task.exception() is not None or task.result() is None)):
+                task = self._context_lookup = loop.create_task(self._lookup_context_length())
+            self._context_len = await asyncio.shield(task)
         return self._context_len
+
+    async def _lookup_context_length(self) -> int | None:
+        for path in ("/get_model_info", "/get_server_info"):
+            resp = await self._request("GET", path)
+            if resp.status_code == 200:
+                value = resp.json().get("context_length") or resp.json().get("context_len")
+                if value:
+                    return int(value)
+        return None
 
     # ---- Engine API ---------------------------------------------------------------------------
 
@@ -316,7 +326,7 @@ class SGLangEngine:
     async def _restart_on(self, path: Path) -> None:
         assert self.server is not None
         await asyncio.to_thread(self.server.restart, path)
-        self._context_len = None
+        self._context_len, self._context_lookup = None, None
         await self.wait_ready()
 
     async def close(self) -> None:
