@@ -17,26 +17,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-# `./quickstart test` runs one pytest-xdist worker per core, a file at a time (--dist loadfile), in the order
-# collected (--no-loadscope-reorder). The files that take a minute or more go first, longest first (whole
-# suite, one worker, 2026-11-26), so the run does not end with one long file running alone.
-SLOW_FILES_FIRST = (
-    "tests/test_recipes_online.py", "tests/browser/test_demonstrations.py", "tests/test_judges_online_sglang.py",
-    "tests/test_recipes_local.py", "tests/test_recipe_mechanisms.py", "tests/browser/test_miniwob.py",
-    "tests/test_judges_sglang.py", "tests/test_engine_sglang.py", "tests/test_multihost.py",
-    "tests/browser/test_miniwob_browsergym.py", "tests/test_rollout.py", "tests/browser/test_pool.py",
-    "tests/test_nnetnav.py",
-)
-
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--local-variant", action="append", default=None,
                      help="paper config(s) whose local variant tests/test_recipes_local.py runs (default: grpo_openwebrl)")
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: files keep their order
 
 
 @pytest.fixture(autouse=True, scope="session")
