@@ -7,8 +7,8 @@ import pytest
 # The suite compiles hundreds of small programs and runs most a few times, so compiling is much of its CPU
 # time: XLA's CPU backend at optimisation level 0 (LLVM codegen only: the HLO passes are the default's, values
 # agree to float32 rounding). Whole suite, quiet 2-core machine: 2,039 s -> 1,814 s. Compile-bound tests take
-# 15-65% less; run-bound ones more (the sglang-jax judge tests up to 1.9x). Subprocesses inherit it
-# (tests/multidevice.device_env); scripts, benchmarks and runs keep the default.
+# 15-65% less; run-bound ones more. Subprocesses inherit it (tests/multidevice.device_env), except the
+# sglang-jax servers (fixture below); scripts, benchmarks and runs keep the default.
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{TEST_XLA_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
@@ -36,9 +36,9 @@ def sglang_servers_compile_at_xla_default():
         env["XLA_FLAGS"] = env.get("XLA_FLAGS", "").replace(TEST_XLA_FLAGS, "").strip()
         return env
 
-    SGLangServer.environment = environment  # type: ignore[method-assign]
-    yield
-    SGLangServer.environment = original  # type: ignore[method-assign]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SGLangServer, "environment", environment)
+        yield
 
 
 def pytest_generate_tests(metafunc) -> None:

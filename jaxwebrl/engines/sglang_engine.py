@@ -97,7 +97,7 @@ class SGLangEngine:
         self._timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
         self._client: httpx.AsyncClient | None = None
         self._context_len: int | None = None
-        self._context_lookup: asyncio.Task[int | None] | None = None  # one lookup shared by concurrent requests
+        self._context_lookup: asyncio.Task[None] | None = None  # one lookup shared by concurrent requests
         self._ids = itertools.count()
         self._closed = False
         self._exports: list[Path] = []
@@ -155,20 +155,23 @@ class SGLangEngine:
         from a busy sglang-jax server); a lookup that failed or found nothing is tried again next time."""
         if self._context_len is None:
             loop, task = asyncio.get_running_loop(), self._context_lookup
-            if task is None or task.get_loop() is not loop or (task.done() and (
-                    task.cancelled() or task.exception() is not None or task.result() is None)):
+            if task is None or task.get_loop() is not loop:
                 task = self._context_lookup = loop.create_task(self._lookup_context_length())
-            self._context_len = await asyncio.shield(task)
+            await asyncio.shield(task)  # shielded: one waiter's cancellation must not cancel the others' lookup
         return self._context_len
 
-    async def _lookup_context_length(self) -> int | None:
-        for path in ("/get_model_info", "/get_server_info"):
-            resp = await self._request("GET", path)
-            if resp.status_code == 200:
-                value = resp.json().get("context_length") or resp.json().get("context_len")
-                if value:
-                    return int(value)
-        return None
+    async def _lookup_context_length(self) -> None:
+        """Sets `_context_len` when the server names it; either way the next call without it looks again."""
+        try:
+            for path in ("/get_model_info", "/get_server_info"):
+                resp = await self._request("GET", path)
+                if resp.status_code == 200:
+                    value = resp.json().get("context_length") or resp.json().get("context_len")
+                    if value:
+                        self._context_len = int(value)
+                        return
+        finally:
+            self._context_lookup = None
 
     # ---- Engine API ---------------------------------------------------------------------------
 
