@@ -301,8 +301,8 @@ def test_cancelled_request_frees_its_slot(tiny: dict[str, Any], engine: JaxEngin
 
 def test_tensor_parallel_sampling_matches_single_device(tiny: dict[str, Any], engine: JaxEngine) -> None:
     """Params and cache sharded over a 2-way `tensor` mesh (fake CPU devices, own process): same tokens
-    and logprobs as the single-device engine."""
-    sp = SamplingParams(greedy=True, max_new_tokens=12, ignore_eos=True)
+    and logprobs as the single-device engine; the cache stays split after growing past its first bucket."""
+    sp = SamplingParams(greedy=True, max_new_tokens=50, ignore_eos=True)  # 17 + 50 > 64: the cache grows
     prompts = tiny["prompts"][:3]
 
     async def main() -> list[Any]:
@@ -315,12 +315,13 @@ def test_tensor_parallel_sampling_matches_single_device(tiny: dict[str, Any], en
         from jaxwebrl.sharding import make_mesh
         assert len(jax.devices()) == 2
         mesh = make_mesh({{"data": 1, "fsdp": 1, "tensor": -1}})
-        sp = SamplingParams(greedy=True, max_new_tokens=12, ignore_eos=True)
+        sp = SamplingParams(greedy=True, max_new_tokens=50, ignore_eos=True)
         async def main():
             e = JaxEngine.from_checkpoint({str(tiny["path"])!r}, mesh=mesh, num_slots=4, max_len={MAX_LEN},
                                           buckets={BUCKETS!r})
-            print("SHARDING", e._params["layers"]["wq"].sharding.spec, e._cache["k"].sharding.spec)
+            print("SHARDING", e._params["layers"]["wq"].sharding.spec, e._cache["k"][0].sharding.spec)
             gens = await asyncio.gather(*(e.generate(p, sp) for p in {prompts!r}))
+            print("AFTER", e.stats()["cache_capacity"], [a.sharding.spec for a in e._cache["k"]])  # grown, still split
             await e.close()
             return [(g.token_ids, g.logprobs) for g in gens]
         print(json.dumps(asyncio.run(main())))
@@ -329,6 +330,8 @@ def test_tensor_parallel_sampling_matches_single_device(tiny: dict[str, Any], en
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "'tensor'" in proc.stdout.split("SHARDING", 1)[1].splitlines()[0]
+    after = proc.stdout.split("AFTER", 1)[1].splitlines()[0]
+    assert after.split()[0] == str(MAX_LEN) and after.count("'tensor'") == tiny["cfg"].num_layers, after
     tp = json.loads(proc.stdout.strip().splitlines()[-1])
     for gen, (ids, lps) in zip(single, tp):
         assert gen.token_ids == ids

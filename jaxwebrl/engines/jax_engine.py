@@ -66,7 +66,7 @@ from jaxwebrl.engines.base import (
 from jaxwebrl.engines.sampling import row_keys, sample
 from jaxwebrl.models import ModelConfig, Params, forward, init_cache, load_hf, logical_axes
 from jaxwebrl.models import vl
-from jaxwebrl.models.decoder import CACHE_AXES, hidden_states, lm_head
+from jaxwebrl.models.decoder import LAYER_CACHE_AXES, cache_length, hidden_states, init_layer_cache, lm_head
 from jaxwebrl.models.vl_config import VLConfig
 from jaxwebrl.models.vl_hf_io import load_vl_hf
 from jaxwebrl.models.vl_or_text import is_vl_checkpoint
@@ -144,12 +144,31 @@ def _first_token_into_slot(
     last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, axis=0, keepdims=True)
     keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
     tok, lp = sample(last, keys, temp[None], top_k[None], top_p[None], greedy[None])
+    return put_row(cache, small, slot), tok[0], lp[0]
+
+
+def get_row(cache: dict[str, Any], slot: jax.Array, length: int) -> dict[str, jax.Array]:
+    """Row `slot` of a per-layer cache, positions [0, length), stacked: {"k": [L, 1, K, length, hd], "v"}."""
     zero = jnp.zeros((), jnp.int32)
-    cache = {
-        name: jax.lax.dynamic_update_slice(cache[name], small[name], (zero, slot, zero, zero, zero))
-        for name in ("k", "v")
-    }
-    return cache, tok[0], lp[0]
+    return {n: jnp.stack([jax.lax.dynamic_slice(a, (slot, zero, zero, zero), (1, a.shape[1], length, a.shape[3]))
+                          for a in cache[n]]) for n in ("k", "v")}
+
+
+def put_row(cache: dict[str, Any], row: dict[str, jax.Array], slot: jax.Array) -> dict[str, Any]:
+    """The per-layer cache with a stacked one-row cache [L, 1, K, n, hd] written at `slot`, positions [0, n)."""
+    zero = jnp.zeros((), jnp.int32)
+    return {n: tuple(jax.lax.dynamic_update_slice(a, row[n][i].astype(a.dtype), (slot, zero, zero, zero))
+                     for i, a in enumerate(cache[n])) for n in ("k", "v")}
+
+
+def resize_cache(cache: dict[str, Any], length: int) -> dict[str, Any]:
+    """The per-layer cache cut or zero-padded to `length` positions per row."""
+    def one(a: jax.Array) -> jax.Array:
+        if length <= a.shape[2]:
+            return a[:, :, :length]
+        return jnp.pad(a, ((0, 0), (0, 0), (0, length - a.shape[2]), (0, 0)))
+
+    return jax.tree.map(one, cache)
 
 
 class JaxEngine:
@@ -214,25 +233,31 @@ class JaxEngine:
         self._placement = mesh if mesh is not None else one  # the page pool lives where the cache does
         self._params = jax.device_put(params, self._param_shardings, may_alias=False)
         self._param_avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self._params)
-        cache_shapes = jax.eval_shape(lambda: init_cache(text_cfg, self.num_slots, self.max_len, cache_dtype))
-        cache_shardings = (
-            tree_shardings(cache_shapes, {"k": CACHE_AXES, "v": CACHE_AXES}, mesh) if mesh is not None
-            else jax.tree.map(lambda _: one, cache_shapes)
-        )
-        with self._mesh_ctx():
-            self._cache = jax.jit(
-                lambda: init_cache(text_cfg, self.num_slots, self.max_len, cache_dtype), out_shardings=cache_shardings
-            )()
+        # The slot cache is one array per layer (`init_layer_cache` says why) of `_capacity` positions per row:
+        # a bucket just above the longest request in flight, grown and cut between device steps
+        # (`_fit_capacity`). Attention reads the whole arrays, never a slice (a slice is a copy on CPU), so
+        # its cost follows the requests in flight, not max_len.
         self._cache_dtype = cache_dtype
+        dtype = jnp.dtype(cache_dtype or text_cfg.dtype)
+        L, K, hd = text_cfg.num_layers, text_cfg.num_kv_heads, text_cfg.head_dim
+        layer = jax.ShapeDtypeStruct((self.num_slots, K, self.max_len, hd), dtype)
+        layer_sharding = tree_shardings(layer, LAYER_CACHE_AXES, mesh) if mesh is not None else one
+        self._cache_shardings = {n: (layer_sharding,) * L for n in ("k", "v")}  # the same at every capacity
+        self._capacity = self.buckets[0]
+        with self._mesh_ctx():
+            self._cache = jax.jit(lambda: init_layer_cache(text_cfg, self.num_slots, self._capacity, cache_dtype),
+                                  out_shardings=self._cache_shardings)()
         self._uid = next(_ENGINE_IDS)
-        if self.is_vl:
+        if self.is_vl:  # one program per (prompt bucket, patch bucket, capacity)
             self._prefill = jax.jit(named(self._prefill_vl_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,))
-        else:  # one program per (chunk bucket, context bucket)
-            self._prefill = jax.jit(named(self._chunk_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,),
-                                    static_argnums=(11,))
-        decode_fn = self._decode_vl_fn if self.is_vl else self._decode_fn
-        self._decode = jax.jit(named(decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,),
-                               static_argnums=(11 if self.is_vl else 10,))
+        else:  # one program per (chunk bucket, context bucket), on a row copied out of the cache and back
+            self._prefill = jax.jit(named(self._chunk_fn, f"jaxengine{self._uid}_prefill"), donate_argnums=(1,))
+        self._get_row = jax.jit(named(get_row, f"jaxengine{self._uid}_row"), static_argnums=(2,))
+        self._put_row = jax.jit(named(put_row, f"jaxengine{self._uid}_row"), donate_argnums=(0,))
+        self._resize = jax.jit(named(resize_cache, f"jaxengine{self._uid}_resize"), static_argnums=(1,),
+                               out_shardings=self._cache_shardings)
+        decode_fn = self._decode_vl_fn if self.is_vl else self._decode_fn  # one program per capacity
+        self._decode = jax.jit(named(decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,))
 
         if prefill_chunk < 1 or page_size < 1:
             raise ValueError(f"prefill_chunk={prefill_chunk} and page_size={page_size} must be >= 1")
@@ -246,8 +271,8 @@ class JaxEngine:
             if tokens < self.page_size or self.max_len < self.page_size:
                 raise ValueError(f"prefix_cache_tokens={tokens} and max_len={self.max_len} must hold at least one "
                                  f"page of page_size={self.page_size} tokens; raise them or set prefix_cache=False")
-            self._pool = PagePool(tokens // self.page_size, self.page_size, cache_shapes["k"].shape,
-                                  cache_shapes["k"].dtype, self._placement, name=f"jaxengine{self._uid}")
+            self._pool = PagePool(tokens // self.page_size, self.page_size, (L, self.num_slots, K, self.max_len, hd),
+                                  dtype, self._placement, name=f"jaxengine{self._uid}")
             self._index = RadixIndex(self._pool.num_pages, self.page_size)
         self._cache_epoch = 0  # += 1 on every weight update: cached keys and values of older epochs are stale
         self._index_epoch = 0  # the epoch the index holds (device thread)
@@ -304,18 +329,13 @@ class JaxEngine:
     # ---- the jitted programs ------------------------------------------------------------------
 
     def _chunk_fn(
-        self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, start: jax.Array, count: jax.Array,
-        slot: jax.Array, seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
-        ctx: int,
+        self, params: Params, row: dict[str, jax.Array], tokens: jax.Array, start: jax.Array, count: jax.Array,
+        seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
     ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
         """Prefill one chunk: `count` real tokens of the right-padded [1, chunk] `tokens` at positions start..,
-        attending to row `slot` (earlier chunks, cached pages) over its first `ctx` positions (static, >= start
-        + chunk); returns the cache and the token sampled from the logits of the last real token (used when
-        the chunk ends the prompt). Only that token's logits are computed, not the chunk's [chunk, vocab]."""
-        L, _, K, _, hd = cache["k"].shape
-        zero = jnp.zeros((), jnp.int32)
-        at = (zero, slot, zero, zero, zero)
-        row = {n: jax.lax.dynamic_slice(cache[n], at, (L, 1, K, ctx, hd)) for n in ("k", "v")}
+        attending to `row` (a slot's first ctx >= start + chunk positions, stacked [L, 1, K, ctx, hd]: earlier
+        chunks, cached pages); returns the row and the token sampled from the logits of the last real token
+        (used when the chunk ends the prompt). Only that token's logits are computed, not [chunk, vocab]."""
         positions = (start + jnp.arange(tokens.shape[1], dtype=jnp.int32))[None]
         h, row = hidden_states(self.text_cfg, params, tokens, positions, cache=row)
         assert row is not None
@@ -324,8 +344,7 @@ class JaxEngine:
         logits = jnp.einsum("btd,dv->btv", last, head, preferred_element_type=jnp.float32)[0]  # as `forward`
         keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
         tok, lp = sample(logits, keys, temp[None], top_k[None], top_p[None], greedy[None])
-        cache = {n: jax.lax.dynamic_update_slice(cache[n], row[n], at) for n in ("k", "v")}
-        return cache, tok[0], lp[0]
+        return row, tok[0], lp[0]
 
     def _prefill_vl_fn(
         self, params: Params, cache: dict[str, jax.Array], inputs: dict[str, Any], length: jax.Array,
@@ -341,34 +360,33 @@ class JaxEngine:
     def _decode_vl_fn(
         self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
         deltas: jax.Array, seeds: jax.Array, counters: jax.Array, temp: jax.Array, top_k: jax.Array,
-        top_p: jax.Array, greedy: jax.Array, span: int,
+        top_p: jax.Array, greedy: jax.Array,
     ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
         """`_decode_fn` for a VL model: each slot's M-RoPE position is its cache index + its prompt's delta."""
         inputs = vl.decode_inputs(tokens[:, None], positions[:, None], deltas)
-        logits, cache = vl.forward(self.cfg, params, inputs, cache=cache, attend_len=span)
+        logits, cache = vl.forward(self.cfg, params, inputs, cache=cache)
         tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
         return cache, tok, lp
 
     def _decode_fn(
         self, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
         seeds: jax.Array, counters: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array,
-        greedy: jax.Array, span: int,
+        greedy: jax.Array,
     ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
-        """One token for every slot: tokens/positions [S], each row at its own position.
-
-        Attention cost grows with the cache length it reads, so the step attends over the first `span` cache
-        positions only (a bucket just above the furthest busy slot), not the whole `max_len`; the donated
-        cache is updated in place.
-        """
-        logits, cache = forward(self.cfg, params, tokens[:, None], positions[:, None], cache=cache, attend_len=span)
+        """One token for every slot: tokens/positions [S], each row at its own position, attending over the
+        cache's whole capacity (a bucket just above the furthest busy slot); the donated cache is updated in
+        place."""
+        logits, cache = forward(self.cfg, params, tokens[:, None], positions[:, None], cache=cache)
         tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
         return cache, tok, lp
 
     def compile_counts(self) -> dict[str, int]:
         """XLA compilations of this engine's programs so far (prefill: one per (chunk, context) bucket pair used;
-        decode: one per span bucket; the prefix cache's page copies: one per page-count bucket), counted from
-        JAX's own compile events, so any recompilation shows up."""
-        return {kind: _COMPILES[f"jit(jaxengine{self._uid}_{kind})"] for kind in ("prefill", "decode", "store", "load")}
+        decode: one per cache capacity; row: the prefill's row copies, resize: capacity changes; the prefix
+        cache's page copies: one per (page-count bucket, capacity)), counted from JAX's own compile events, so
+        any recompilation shows up."""
+        return {kind: _COMPILES[f"jit(jaxengine{self._uid}_{kind})"]
+                for kind in ("prefill", "decode", "row", "resize", "store", "load")}
 
     # ---- Engine API ---------------------------------------------------------------------------
 
@@ -513,6 +531,7 @@ class JaxEngine:
             "cache_pages": 0 if self._pool is None else self._pool.num_pages,
             "cache_pages_used": 0 if self._index is None else self._index.cached_blocks,
             "cache_evictions": 0 if self._index is None else self._index.evictions,
+            "cache_capacity": self._capacity,
         }
 
     # ---- scheduler ----------------------------------------------------------------------------
@@ -593,6 +612,7 @@ class JaxEngine:
             for slot, tokens, ep in publish:
                 if ep == epoch:
                     self._cache_blocks(slot, tokens)
+            self._fit_capacity(prefilling)  # after the publishing: a cut must not drop blocks not cached yet
             budget = self.prefill_chunk
             for slot, req in prefilling:
                 if budget <= 0:
@@ -610,19 +630,38 @@ class JaxEngine:
             rows = [(slot, r) for slot, r in enumerate(self._slots) if r is not None and r.decoding]
             if not rows:
                 return first, None
-            span = self._bucket(int(self._pos[[slot for slot, _ in rows]].max()) + 1)
+            self._grow(int(self._pos[[slot for slot, _ in rows]].max()) + 1)
             # Copies: on CPU jax may alias numpy memory, and the loop thread mutates these arrays later. Rows
             # not decoding (free, or mid-prefill) compute junk at their position, which their next prefill
             # chunk (or page load) overwrites before anything reads it.
             per_slot = (self._tok, self._pos) + ((self._delta,) if self.is_vl else ()) + (
                 self._seed, self._count, self._temp, self._top_k, self._top_p, self._greedy)
-            self._cache, toks, lps = self._decode(params, self._cache, *(a.copy() for a in per_slot), span)
+            self._cache, toks, lps = self._decode(params, self._cache, *(a.copy() for a in per_slot))
             return first, (np.asarray(toks), np.asarray(lps), rows)
+
+    def _fit_capacity(self, prefilling: list[tuple[int, _Request]]) -> None:
+        """Cut the cache to the bucket of the longest request in flight (whole prompts of those prefilling,
+        the next position of those decoding) once that is at most half the capacity: the halving keeps a
+        request at a bucket's edge from resizing the cache back and forth. Steps grow it (`_grow`)."""
+        need = [req.prompt.size for slot, req in prefilling if self._slots[slot] is req]
+        need += [int(self._pos[slot]) + 1 for slot, r in enumerate(self._slots) if r is not None and r.decoding]
+        if need and (target := self._bucket(max(need))) <= self._capacity // 2:
+            self._set_capacity(target)
+
+    def _grow(self, n: int) -> None:
+        """Make every row hold at least `n` positions. Device thread."""
+        if n > self._capacity:
+            self._set_capacity(self._bucket(n))
+
+    def _set_capacity(self, length: int) -> None:
+        self._cache = self._resize(self._cache, length)
+        self._capacity = length
 
     def _prefill_vl(self, params: Params, slot: int, req: _Request) -> tuple[tuple[int, float], int]:
         """A VL prompt, whole (its images' features are computed inside): (first token, logprob), tokens."""
         sp, n = req.params, req.prompt.size
         self._delta[slot] = req.rope_delta
+        self._grow(n)  # the prompt's bucket, the length of the one-row cache the prefill writes
         self._cache, tok, lp = self._prefill(
             params, self._cache, req.vl_inputs, np.int32(n), np.int32(slot), np.uint32(req.seed),
             np.float32(sp.temperature), np.int32(sp.top_k), np.float32(sp.top_p), np.bool_(sp.is_greedy),
@@ -640,6 +679,7 @@ class JaxEngine:
         n, cached = req.prompt.size, 0
         if req.kv_epoch < 0:  # first chunk: take the longest cached prefix (always leaving one token to run)
             req.kv_epoch = epoch
+            self._grow(n)  # the row holds the whole prompt, the cached pages first
             if self._index is not None and self._pool is not None:
                 pages = self._index.match(req.prompt, limit=n - 1)
                 if pages:
@@ -654,12 +694,14 @@ class JaxEngine:
         count = start + size - s0
         tokens = np.zeros((1, width), np.int32)
         tokens[0, :count] = req.prompt[s0:start + size]
-        sp = req.params
-        self._cache, tok, lp = self._prefill(
-            params, self._cache, tokens, np.int32(s0), np.int32(count), np.int32(slot), np.uint32(req.seed),
+        sp, ctx = req.params, self._bucket(s0 + width)
+        self._grow(ctx)
+        row = self._get_row(self._cache, np.int32(slot), ctx)
+        row, tok, lp = self._prefill(
+            params, row, tokens, np.int32(s0), np.int32(count), np.uint32(req.seed),
             np.float32(sp.temperature), np.int32(sp.top_k), np.float32(sp.top_p), np.bool_(sp.is_greedy),
-            self._bucket(s0 + width),
         )
+        self._cache = self._put_row(self._cache, row, np.int32(slot))
         req.prefilled = start + size
         self.prefill_tokens += size
         self.events.append(SchedulerEvent("prefill", req.request_id, slot, self.decode_steps, time.monotonic(),

@@ -1,7 +1,7 @@
 """PagePool: the device memory of the JaxEngine's prefix cache, fixed-size pages of keys and values.
 
 The pool is `{"k", "v"}` of [layers, pages, kv_heads, page_size, head_dim], apart from the engine's slot
-cache [layers, slots, kv_heads, max_len, head_dim]. Two jitted copies move blocks between them: `store`
+cache (one [slots, kv_heads, capacity, head_dim] array per layer). Two jitted copies move blocks between them: `store`
 writes blocks of a slot's row into pages (after a prefill, and when a request ends, so its response is
 cached too), `load` writes a list of pages into the start of a slot's row (a request whose prompt begins
 with cached blocks). Decoding then reads each slot's row contiguously, exactly as without the cache.
@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxwebrl.models.decoder import cache_length
 from jaxwebrl.sharding import tree_shardings
 
 KVPages = dict[str, jax.Array]
@@ -44,10 +45,11 @@ def _store(pool: KVPages, cache: dict[str, jax.Array], slot: jax.Array, blocks: 
            pages: jax.Array) -> KVPages:
     """pool[:, pages[i]] = block blocks[i] of row `slot`; ids >= num_pages (padding) are dropped."""
     L, P, K, page, hd = pool["k"].shape
-    usable = (cache["k"].shape[3] // page) * page
+    usable = (cache_length(cache) // page) * page
     out = {}
     for n in ("k", "v"):
-        row = jax.lax.dynamic_index_in_dim(cache[n], slot, axis=1, keepdims=False)[:, :, :usable]  # [L,K,T,hd]
+        row = jnp.stack([jax.lax.dynamic_index_in_dim(a, slot, axis=0, keepdims=False)[:, :usable]
+                         for a in cache[n]])  # [L,K,T,hd]
         row = row.reshape(L, K, usable // page, page, hd)
         picked = jnp.take(row, blocks, axis=2).transpose(0, 2, 1, 3, 4)  # [L, nb, K, page, hd]
         out[n] = pool[n].at[:, pages].set(picked.astype(pool[n].dtype), mode="drop")
@@ -63,7 +65,8 @@ def _load(cache: dict[str, jax.Array], pool: KVPages, slot: jax.Array, pages: ja
     out = {}
     for n in ("k", "v"):
         seq = jnp.take(pool[n], pages, axis=1).transpose(0, 2, 1, 3, 4).reshape(L, K, nb * page, hd)
-        out[n] = jax.lax.dynamic_update_slice(cache[n], seq[:, None].astype(cache[n].dtype), (zero, slot, zero, zero, zero))
+        out[n] = tuple(jax.lax.dynamic_update_slice(a, seq[i][None].astype(a.dtype), (slot, zero, zero, zero))
+                       for i, a in enumerate(cache[n]))
     return out
 
 
@@ -112,7 +115,7 @@ class PagePool:
     def _bucket(self, n: int) -> int:
         return next(b for b in self.buckets if b >= n)
 
-    def store(self, cache: dict[str, jax.Array], slot: int, blocks: list[int], pages: list[int]) -> None:
+    def store(self, cache: dict[str, Any], slot: int, blocks: list[int], pages: list[int]) -> None:
         """Copy blocks `blocks` of row `slot` into pages `pages` (same length). Device thread only."""
         nb = self._bucket(len(blocks))
         b = np.zeros(nb, np.int32)
@@ -121,9 +124,10 @@ class PagePool:
         with self._mesh_ctx():
             self.arrays = self._store(self.arrays, cache, np.int32(slot), b, p)
 
-    def load(self, cache: dict[str, jax.Array], slot: int, pages: list[int]) -> dict[str, jax.Array]:
-        """The cache (donated) with row `slot` starting with pages `pages`. Device thread only."""
-        nb = self._bucket(len(pages))
+    def load(self, cache: dict[str, Any], slot: int, pages: list[int]) -> dict[str, Any]:
+        """The cache (donated) with row `slot` starting with pages `pages` (which the row's length must hold).
+        Device thread only."""
+        nb = min(self._bucket(len(pages)), cache_length(cache) // self.page_size)  # padding stays inside the row
         p = np.zeros(nb, np.int32)
         p[: len(pages)] = pages
         with self._mesh_ctx():

@@ -9,6 +9,7 @@ from jaxwebrl.models.decoder import (
     forward,
     hidden_states,
     init_cache,
+    init_layer_cache,
     init_params,
     lm_head,
     logical_axes,
@@ -20,7 +21,7 @@ from jaxwebrl.models.tokenizer import load_tokenizer, train_tokenizer
 
 __all__ = [
     "SUPPORTED_ARCHITECTURES", "ModelConfig", "UnsupportedModelError", "Decoder", "KVCache", "Params",
-    "abstract_params", "forward", "hidden_states", "init_cache", "init_params", "lm_head", "logical_axes",
+    "abstract_params", "forward", "hidden_states", "init_cache", "init_layer_cache", "init_params", "lm_head", "logical_axes",
     "positions_from_mask", "CheckpointError", "export_hf", "load_hf", "read_hf_config", "token_logprobs",
     "load_tokenizer", "train_tokenizer",
 ]

@@ -29,7 +29,7 @@ from jaxwebrl.models.rope import apply_rope, attention_scaling, inverse_frequenc
 from jaxwebrl.sharding import constrain
 
 Params = dict[str, Any]
-KVCache = dict[str, jax.Array]  # {"k": [L, B, KVH, S, hd], "v": same}
+KVCache = dict[str, Any]  # stacked {"k": [L, B, KVH, S, hd], "v": same}, or per layer (`init_layer_cache`)
 
 _NEG_INF = -0.7 * float(np.finfo(np.float32).max)  # finite, so fully masked (padding) rows stay NaN-free
 
@@ -116,6 +116,30 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: str | None = N
 
 
 CACHE_AXES = ("layers", "cache_batch", "kv_heads", "cache_length", "head_dim")
+LAYER_CACHE_AXES = CACHE_AXES[1:]  # one array of a per-layer cache
+
+
+def init_layer_cache(cfg: ModelConfig, batch: int, length: int, dtype: str | None = None) -> KVCache:
+    """The KV cache as one array per layer, {"k": ([B, KVH, S, hd],) * L, "v": same}: the sampler's decode step.
+
+    Why not the stacked [L, ...] array: on CPU, XLA copies a layer's slice out of a stacked cache before
+    each attention matmul (the dot cannot read a slice in place), which tripled the decode step's memory
+    traffic at long contexts (`BUILD.md`, "Decode attention"). Separate arrays are read where they lie; the
+    layers are then unrolled, not scanned, since a scan cannot index a tuple by the loop counter.
+    """
+    shape = (batch, cfg.num_kv_heads, length, cfg.head_dim)
+    dt = jnp.dtype(dtype or cfg.dtype)
+    return {n: tuple(jnp.zeros(shape, dt) for _ in range(cfg.num_layers)) for n in ("k", "v")}
+
+
+def is_layer_cache(cache: KVCache | None) -> bool:
+    """True for `init_layer_cache`'s form (a tuple of per-layer arrays), False for the stacked one."""
+    return cache is not None and isinstance(cache["k"], (tuple, list))
+
+
+def cache_length(cache: KVCache) -> int:
+    """Positions each row of the cache holds, in either form."""
+    return int(cache["k"][0].shape[2] if is_layer_cache(cache) else cache["k"].shape[3])
 
 
 # ---- the math ------------------------------------------------------------------------------------
@@ -184,14 +208,14 @@ def _layer(
     mask: jax.Array | None,
     inv_freq: np.ndarray,
     cache: KVCache | None,
-    layer: jax.Array | int,
+    layer: jax.Array | int | None,
     attend_len: int | None,
     rope_angles: jax.Array | None = None,
     segment_ids: jax.Array | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
     """One pre-norm block: x + attn(norm(x)), then + act(gate) * up (SwiGLU with the default hidden_act). p holds
     this layer's slices; `cache` is the whole [layers, ...] cache, of which this block writes and reads index
-    `layer`. `rope_angles` [B, T, hd/2] (M-RoPE) replace the angles from `positions`, which then only index
+    `layer` (or, with `layer` None, `cache` is this layer's own [B, ...] arrays). `rope_angles` [B, T, hd/2] (M-RoPE) replace the angles from `positions`, which then only index
     the cache. `mask` is None when a kernel backend (`cfg.attention`) attends by `segment_ids` instead."""
     dt = x.dtype
     h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
@@ -213,12 +237,16 @@ def _layer(
         rows = jnp.arange(x.shape[0])[:, None, None]
         heads = jnp.arange(cfg.num_kv_heads)[None, :, None]
         at = positions[:, None, :]
-        cache = {
-            "k": cache["k"].at[layer, rows, heads, at].set(k.transpose(0, 2, 1, 3).astype(cache["k"].dtype)),
-            "v": cache["v"].at[layer, rows, heads, at].set(v.transpose(0, 2, 1, 3).astype(cache["v"].dtype)),
-        }
-        k, v = (jax.lax.dynamic_index_in_dim(cache[n], layer, 0, keepdims=False)[:, :, :attend_len].astype(dt)
-                for n in "kv")
+        new = {"k": k.transpose(0, 2, 1, 3), "v": v.transpose(0, 2, 1, 3)}
+        if layer is None:  # this layer's own arrays: written in place, read whole when attend_len covers them
+            cache = {n: cache[n].at[rows, heads, at].set(new[n].astype(cache[n].dtype)) for n in ("k", "v")}
+            k, v = (cache[n] if attend_len in (None, cache[n].shape[2]) else cache[n][:, :, :attend_len]
+                    for n in "kv")
+            k, v = k.astype(dt), v.astype(dt)
+        else:
+            cache = {n: cache[n].at[layer, rows, heads, at].set(new[n].astype(cache[n].dtype)) for n in ("k", "v")}
+            k, v = (jax.lax.dynamic_index_in_dim(cache[n], layer, 0, keepdims=False)[:, :, :attend_len].astype(dt)
+                    for n in "kv")
     if mask is None:
         attn = kernel_attention(cfg, q, k, v, segment_ids)
     else:
@@ -276,7 +304,7 @@ def hidden_states(
     x = (embeds if embeds is not None else jnp.take(params["embed"], tokens, axis=0)).astype(dt)
     x = constrain(x, ("activation_batch", "activation_length", "activation_embed"))
     if cache is not None and attend_len is None:
-        attend_len = cache["k"].shape[3]
+        attend_len = cache_length(cache)
     use_kernel = cache is None and cfg.attention != "xla"
     mask = None if use_kernel else attention_mask(positions, segment_ids, attend_len)
     inv_freq = inverse_frequencies(cfg)
@@ -290,6 +318,17 @@ def hidden_states(
             h = h + jnp.where(i < n, extra, jnp.zeros_like(extra)).astype(h.dtype)
         return (h, c), None
 
+    if is_layer_cache(cache):  # the sampler's per-layer cache: layers unrolled (inference only, no remat)
+        assert cache is not None
+        ks, vs = list(cache["k"]), list(cache["v"])
+        for i in range(cfg.num_layers):
+            x, c = _layer(cfg, jax.tree.map(lambda a: a[i], params["layers"]), x, positions, mask, inv_freq,
+                          {"k": ks[i], "v": vs[i]}, None, attend_len, rope_angles, segment_ids)
+            assert c is not None
+            ks[i], vs[i] = c["k"], c["v"]
+            if layer_residuals is not None and i < layer_residuals.shape[0]:
+                x = x + layer_residuals[i].astype(x.dtype)
+        return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), {"k": tuple(ks), "v": tuple(vs)}
     if cfg.remat:
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]
     if cfg.scan_layers:
