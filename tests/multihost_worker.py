@@ -168,7 +168,7 @@ def online() -> dict:
     async def go():
         async with AllFilteredOnHost0(run, trainer, rl_dir / "history.jsonl") as rl:
             await fit(trainer, rl, run.rl.iterations, progress=False)
-            return rl.history, jax.device_get(rl.engine._params), rl.engine.version
+            return rl.history, jax.device_get(rl.engine.weights()), rl.engine.version
 
     history, engine_params, engine_version = asyncio.run(go())
     final = host_local(trainer.params)

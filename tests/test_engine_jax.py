@@ -319,7 +319,7 @@ def test_tensor_parallel_sampling_matches_single_device(tiny: dict[str, Any], en
         async def main():
             e = JaxEngine.from_checkpoint({str(tiny["path"])!r}, mesh=mesh, num_slots=4, max_len={MAX_LEN},
                                           buckets={BUCKETS!r})
-            print("SHARDING", e._params["layers"]["wq"].sharding.spec, e._cache["k"][0].sharding.spec)
+            print("SHARDING", e._params["layers"][0]["wq"].sharding.spec, e._cache["k"][0].sharding.spec)
             gens = await asyncio.gather(*(e.generate(p, sp) for p in {prompts!r}))
             print("AFTER", e.stats()["cache_capacity"], [a.sharding.spec for a in e._cache["k"]])  # grown, still split
             await e.close()

@@ -64,9 +64,16 @@ from jaxwebrl.engines.base import (
     WeightsSource,
 )
 from jaxwebrl.engines.sampling import row_keys, sample
-from jaxwebrl.models import ModelConfig, Params, forward, init_cache, load_hf, logical_axes
+from jaxwebrl.models import ModelConfig, Params, forward, load_hf, logical_axes
 from jaxwebrl.models import vl
-from jaxwebrl.models.decoder import LAYER_CACHE_AXES, cache_length, hidden_states, init_layer_cache, lm_head
+from jaxwebrl.models.decoder import (
+    LAYER_CACHE_AXES,
+    hidden_states,
+    init_layer_cache,
+    lm_head,
+    stack_layers,
+    unstack_layers,
+)
 from jaxwebrl.models.vl_config import VLConfig
 from jaxwebrl.models.vl_hf_io import load_vl_hf
 from jaxwebrl.models.vl_or_text import is_vl_checkpoint
@@ -147,18 +154,25 @@ def _first_token_into_slot(
     return put_row(cache, small, slot), tok[0], lp[0]
 
 
-def get_row(cache: dict[str, Any], slot: jax.Array, length: int) -> dict[str, jax.Array]:
-    """Row `slot` of a per-layer cache, positions [0, length), stacked: {"k": [L, 1, K, length, hd], "v"}."""
+def get_row(cache: dict[str, Any], slot: jax.Array, length: int) -> dict[str, Any]:
+    """Row `slot` of a per-layer cache, positions [0, length): a per-layer cache of one row."""
     zero = jnp.zeros((), jnp.int32)
-    return {n: jnp.stack([jax.lax.dynamic_slice(a, (slot, zero, zero, zero), (1, a.shape[1], length, a.shape[3]))
-                          for a in cache[n]]) for n in ("k", "v")}
+    return jax.tree.map(lambda a: jax.lax.dynamic_slice(a, (slot, zero, zero, zero), (1, a.shape[1], length, a.shape[3])),
+                        cache)
 
 
-def put_row(cache: dict[str, Any], row: dict[str, jax.Array], slot: jax.Array) -> dict[str, Any]:
-    """The per-layer cache with a stacked one-row cache [L, 1, K, n, hd] written at `slot`, positions [0, n)."""
+def put_row(cache: dict[str, Any], row: dict[str, Any], slot: jax.Array) -> dict[str, Any]:
+    """The per-layer cache with a one-row per-layer cache written at `slot`, positions [0, its length)."""
     zero = jnp.zeros((), jnp.int32)
-    return {n: tuple(jax.lax.dynamic_update_slice(a, row[n][i].astype(a.dtype), (slot, zero, zero, zero))
-                     for i, a in enumerate(cache[n])) for n in ("k", "v")}
+    return jax.tree.map(lambda a, r: jax.lax.dynamic_update_slice(a, r.astype(a.dtype), (slot, zero, zero, zero)),
+                        cache, row)
+
+
+def _drop_layer_axis(sharding: Any) -> Any:
+    """The sharding of one layer's slice of a stacked array."""
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[1:]))
+    return sharding
 
 
 def resize_cache(cache: dict[str, Any], length: int) -> dict[str, Any]:
@@ -231,8 +245,14 @@ class JaxEngine:
             one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # this host's (multi-host: its own engine)
             self._param_shardings = jax.tree.map(lambda _: one, params)
         self._placement = mesh if mesh is not None else one  # the page pool lives where the cache does
-        self._params = jax.device_put(params, self._param_shardings, may_alias=False)
-        self._param_avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self._params)
+        # The programs take the params with one tree per layer (`unstack_layers` says why); callers give and
+        # `weights()` returns the stacked layout.
+        stacked = jax.device_put(params, self._param_shardings, may_alias=False)
+        self._param_avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), stacked)
+        self._unstack = jax.jit(self._unstacked, out_shardings=self._unstacked(self._param_shardings, _drop_layer_axis))
+        with self._mesh_ctx():
+            self._params = self._unstack(stacked)
+        del stacked
         # The slot cache is one array per layer (`init_layer_cache` says why) of `_capacity` positions per row:
         # a bucket just above the longest request in flight, grown and cut between device steps
         # (`_fit_capacity`). Attention reads the whole arrays, never a slice (a slice is a copy on CPU), so
@@ -326,6 +346,22 @@ class JaxEngine:
     def _mesh_ctx(self) -> contextlib.AbstractContextManager[Any]:
         return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
 
+    def _unstacked(self, tree: Params, take: Callable[[Any], Any] | None = None) -> Params:
+        """`tree` (params, or their shardings with `take`) with the text decoder's layers split per layer."""
+        def split(text: Params) -> Params:
+            if take is None:
+                return unstack_layers(text)
+            return {**text, "layers": (jax.tree.map(take, text["layers"]),) * self.text_cfg.num_layers}
+
+        return {**tree, "text": split(tree["text"])} if self.is_vl else split(tree)
+
+    def weights(self) -> Params:
+        """A copy of the engine's current weights in the model's stacked layout (as `update_weights` takes)."""
+        with self._mesh_ctx():
+            text = self._params["text"] if self.is_vl else self._params
+            stacked = stack_layers(text)
+            return {**self._params, "text": stacked} if self.is_vl else stacked
+
     # ---- the jitted programs ------------------------------------------------------------------
 
     def _chunk_fn(
@@ -353,7 +389,7 @@ class JaxEngine:
         """`_prefill_fn` for a VL model: `inputs` are `vl.prepare_inputs` arrays of one right-padded prompt
         (with its images' patches, or vision None); the vision encoder runs here, inside the prefill."""
         bucket = inputs["tokens"].shape[1]
-        small = init_cache(self.text_cfg, 1, bucket, self._cache_dtype)
+        small = init_layer_cache(self.text_cfg, 1, bucket, self._cache_dtype)
         logits, small = vl.forward(self.cfg, params, inputs, cache=small)
         return _first_token_into_slot(logits, small, cache, length, slot, seed, temp, top_k, top_p, greedy)
 
@@ -493,7 +529,8 @@ class JaxEngine:
             # A fresh copy with the old dtype and sharding: the same compiled programs run, and the caller
             # may donate or delete its arrays afterwards.
             cast = jax.tree.map(lambda a, av: jnp.asarray(a, av.dtype), new, self._param_avals)
-            return jax.device_put(cast, self._param_shardings, may_alias=False)
+            with self._mesh_ctx():
+                return self._unstack(jax.device_put(cast, self._param_shardings, may_alias=False))
 
         placed = await asyncio.get_running_loop().run_in_executor(self._executor, place)
         self._params, self.version = placed, int(version)

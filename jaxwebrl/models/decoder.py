@@ -125,11 +125,26 @@ def init_layer_cache(cfg: ModelConfig, batch: int, length: int, dtype: str | Non
     Why not the stacked [L, ...] array: on CPU, XLA copies a layer's slice out of a stacked cache before
     each attention matmul (the dot cannot read a slice in place), which tripled the decode step's memory
     traffic at long contexts (`BUILD.md`, "Decode attention"). Separate arrays are read where they lie; the
-    layers are then unrolled, not scanned, since a scan cannot index a tuple by the loop counter.
+    layers are then unrolled, not scanned (a scan cannot index a tuple by the loop counter), over per-layer
+    params (`unstack_layers`).
     """
     shape = (batch, cfg.num_kv_heads, length, cfg.head_dim)
     dt = jnp.dtype(dtype or cfg.dtype)
     return {n: tuple(jnp.zeros(shape, dt) for _ in range(cfg.num_layers)) for n in ("k", "v")}
+
+
+def unstack_layers(params: Params) -> Params:
+    """`params` with "layers" as a tuple of per-layer trees: the sampler's layout (`init_layer_cache`). On CPU
+    a layer's weights sliced out of the stacked arrays in an unrolled loop are copied at every step (a
+    decode step at batch 16 spent 52 ms where its matmuls take ~10); separate arrays are read in place."""
+    layers = params["layers"]
+    n = jax.tree.leaves(layers)[0].shape[0]
+    return {**params, "layers": tuple(jax.tree.map(lambda a, i=i: a[i], layers) for i in range(n))}
+
+
+def stack_layers(params: Params) -> Params:
+    """The inverse of `unstack_layers`: the model's stacked layout."""
+    return {**params, "layers": jax.tree.map(lambda *a: jnp.stack(a), *params["layers"])}
 
 
 def is_layer_cache(cache: KVCache | None) -> bool:
@@ -318,17 +333,19 @@ def hidden_states(
             h = h + jnp.where(i < n, extra, jnp.zeros_like(extra)).astype(h.dtype)
         return (h, c), None
 
-    if is_layer_cache(cache):  # the sampler's per-layer cache: layers unrolled (inference only, no remat)
-        assert cache is not None
-        ks, vs = list(cache["k"]), list(cache["v"])
-        for i in range(cfg.num_layers):
-            x, c = _layer(cfg, jax.tree.map(lambda a: a[i], params["layers"]), x, positions, mask, inv_freq,
-                          {"k": ks[i], "v": vs[i]}, None, attend_len, rope_angles, segment_ids)
-            assert c is not None
-            ks[i], vs[i] = c["k"], c["v"]
+    if isinstance(params["layers"], (tuple, list)):  # the sampler's layout: layers unrolled, no remat
+        assert cache is None or is_layer_cache(cache), "per-layer params take a per-layer cache (init_layer_cache)"
+        ks, vs = (list(cache["k"]), list(cache["v"])) if cache is not None else ([None] * cfg.num_layers,) * 2
+        for i, p in enumerate(params["layers"]):
+            c = None if cache is None else {"k": ks[i], "v": vs[i]}
+            x, c = _layer(cfg, p, x, positions, mask, inv_freq, c, None, attend_len, rope_angles, segment_ids)
+            if c is not None:
+                ks[i], vs[i] = c["k"], c["v"]
             if layer_residuals is not None and i < layer_residuals.shape[0]:
                 x = x + layer_residuals[i].astype(x.dtype)
-        return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), {"k": tuple(ks), "v": tuple(vs)}
+        out = None if cache is None else {"k": tuple(ks), "v": tuple(vs)}
+        return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), out
+    assert not is_layer_cache(cache), "a per-layer cache takes per-layer params (unstack_layers)"
     if cfg.remat:
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]
     if cfg.scan_layers:
