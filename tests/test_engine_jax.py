@@ -158,6 +158,34 @@ def test_concurrent_requests_equal_solo_and_reuse_freed_slots(tiny: dict[str, An
     assert counts["decode"] <= len(engine.buckets) and counts["prefill"] <= len(engine.buckets)
 
 
+def test_cache_capacity_follows_the_requests_in_flight(tiny: dict[str, Any], engine: JaxEngine) -> None:
+    """The slot cache grows to the bucket of the longest request in flight and is cut back once the requests
+    need half of it or less; outputs equal the fixture engine's (fixed buckets) across the resizes."""
+    eng = _engine(tiny, buckets=(16, 32, 64, MAX_LEN))
+    long_req = (tiny["prompts"][4], SamplingParams(greedy=True, max_new_tokens=60, ignore_eos=True))  # 40 + 60
+    short_req = (tiny["prompts"][0], SamplingParams(greedy=True, max_new_tokens=3, ignore_eos=True))  # 5 + 3
+
+    async def main() -> tuple[list[Any], list[int]]:
+        outs, capacity = [], [eng.stats()["cache_capacity"]]
+        for p, sp in (long_req, short_req):
+            outs.append(await eng.generate(p, sp))
+            capacity.append(eng.stats()["cache_capacity"])
+        await eng.close()
+        return outs, capacity
+
+    outs, capacity = _run(main())
+    assert capacity == [16, MAX_LEN, 16]
+    assert eng.compile_counts()["resize"] >= 2  # grown (16 -> 64 -> 128 or straight) and cut
+    expected = _run(_gather(engine, [long_req, short_req]))
+    for got, want in zip(outs, expected):
+        assert got.token_ids == want.token_ids
+        np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
+
+
+async def _gather(engine: JaxEngine, requests: list[tuple[list[int], SamplingParams]]) -> list[Any]:
+    return [await engine.generate(p, sp) for p, sp in requests]
+
+
 def test_update_weights_changes_outputs_without_recompiling(tiny: dict[str, Any], tmp_path: Path) -> None:
     cfg = tiny["cfg"]
     new_params = init_params(cfg, jax.random.key(7), std=0.3)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxwebrl.models import Decoder, forward, init_cache, init_params
+from jaxwebrl.models import Decoder, forward, init_cache, init_layer_cache, init_params
+from jaxwebrl.models.decoder import stack_layers, unstack_layers
 from jaxwebrl.models.tiny import tiny_config
 
 
@@ -49,6 +50,30 @@ def test_decode_over_a_span_of_the_cache_equals_full_forward(scan: bool):
         logits, cache = step(cache, tokens[:, t : t + 1], jnp.full((2, 1), t))
         np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5)
     assert not np.asarray(cache["k"][:, :, :, T:]).any()  # nothing written past the last position
+
+
+def test_per_layer_cache_and_params_equal_full_forward():
+    """The sampler's layout (one cache array and one params tree per layer, layers unrolled): prefill, then
+    single steps over the whole cache, each equal to the plain full forward; stack_layers inverts the split."""
+    cfg = tiny_config("qwen3")
+    params = init_params(cfg, jax.random.key(5), std=0.2)
+    split = unstack_layers(params)
+    assert len(split["layers"]) == cfg.num_layers
+    jax.tree.map(np.testing.assert_array_equal, stack_layers(split), params)
+    T, prompt = 12, 5
+    tokens = jnp.asarray(np.random.default_rng(5).integers(0, cfg.vocab_size, (2, T)))
+    full, _ = forward(cfg, params, tokens, jnp.broadcast_to(jnp.arange(T), (2, T)))
+    cache = init_layer_cache(cfg, batch=2, length=T)
+    logits, cache = forward(cfg, split, tokens[:, :prompt], jnp.broadcast_to(jnp.arange(prompt), (2, prompt)),
+                            cache=cache)
+    np.testing.assert_allclose(logits, full[:, :prompt], atol=1e-5)
+    step = jax.jit(lambda c, t, p: forward(cfg, split, t, p, cache=c), donate_argnums=0)
+    for t in range(prompt, T):
+        logits, cache = step(cache, tokens[:, t : t + 1], jnp.full((2, 1), t))
+        np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5)
+    assert all(np.asarray(k[:, :, T - 1]).any() for k in cache["k"])  # every layer's array was written
+    with pytest.raises(AssertionError, match="per-layer"):  # the two layouts do not mix
+        forward(cfg, params, tokens[:, :1], jnp.zeros((2, 1), jnp.int32), cache=init_layer_cache(cfg, 2, T))
 
 
 def test_slots_advance_independently():
