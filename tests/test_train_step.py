@@ -112,3 +112,35 @@ def test_grpo_logprobs_use_the_rollout_temperature(tmp_path, temperature):
         mismatch[t] = tr.train_on_samples(samples)["logprob_mismatch"]
         tr.close()
     assert mismatch[temperature] < 1e-4 and mismatch[1.0] > max(0.01, 100 * mismatch[temperature])
+
+
+def test_fit_records_zero_steps_for_a_round_with_nothing_to_train(tmp_path):
+    """A rollout round whose samples were all filtered out trains nothing and its record says 0 optimizer steps
+    (every history record carries the count); the rounds around it train."""
+    import asyncio
+
+    from jaxwebrl.train.loop import Round, fit
+
+    c = _config(tmp_path, micro_batch=2, accum_steps=2, seq_len=64, epochs=1, old_logprobs="recompute")
+    c.loss.kind = "grpo"
+    tr = Trainer(parse_config(c), params=init_params(MC, jax.random.key(0)), model_cfg=MC, checkpointing=False)
+    samples = build_samples(assign_group_advantages(_trajs(8, groups=2)), per="turn", norm="per_turn")
+
+    class Rounds:
+        name, log_prefix, checkpoint_each_round = "rounds", "", False
+        records: list[dict[str, float]] = []
+
+        def done(self, trainer):
+            return 0
+
+        def next_round(self, index):
+            return Round(samples=[] if index == 1 else samples)
+
+        def after_update(self, index, trainer, metrics):
+            self.records.append(dict(metrics, step=trainer.step))
+
+    source = Rounds()
+    asyncio.run(fit(tr, source, 3, progress=False))
+    assert [r["train/optimizer_steps"] for r in source.records] == [1.0, 0.0, 1.0]
+    assert [r["step"] for r in source.records] == [1, 1, 2]
+    tr.close()

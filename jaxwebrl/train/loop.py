@@ -72,6 +72,8 @@ async def fit(trainer: Any, source: Source, rounds: int, *, progress: bool = Tru
         elif work.samples or (work.samples is not None and getattr(trainer, "hosts", 1) > 1):
             # multi-host: a host whose samples were all filtered still joins the agreed, collective update
             metrics.update(_prefixed(await asyncio.to_thread(trainer.train_on_samples, work.samples), "train"))
+        elif work.samples is not None:  # everything was filtered out: the record says no update ran
+            metrics["train/optimizer_steps"] = 0.0
         await _maybe_await(source.after_update(i, trainer, metrics))
         if metrics and log_every and (i + 1) % log_every == 0:
             trainer.log(metrics, prefix="")
