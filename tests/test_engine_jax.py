@@ -176,13 +176,13 @@ def test_cache_capacity_follows_the_requests_in_flight(tiny: dict[str, Any], eng
     outs, capacity = _run(main())
     assert capacity == [16, MAX_LEN, 16]
     assert eng.compile_counts()["resize"] >= 2  # grown (16 -> 64 -> 128 or straight) and cut
-    expected = _run(_gather(engine, [long_req, short_req]))
+    expected = _run(_one_by_one(engine, [long_req, short_req]))
     for got, want in zip(outs, expected):
         assert got.token_ids == want.token_ids
         np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
 
 
-async def _gather(engine: JaxEngine, requests: list[tuple[list[int], SamplingParams]]) -> list[Any]:
+async def _one_by_one(engine: JaxEngine, requests: list[tuple[list[int], SamplingParams]]) -> list[Any]:
     return [await engine.generate(p, sp) for p, sp in requests]
 
 

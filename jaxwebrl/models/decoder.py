@@ -251,17 +251,14 @@ def _layer(
     if cache is not None:  # write this step's k/v at their positions, attend over the first attend_len entries
         rows = jnp.arange(x.shape[0])[:, None, None]
         heads = jnp.arange(cfg.num_kv_heads)[None, :, None]
-        at = positions[:, None, :]
+        at = (rows, heads, positions[:, None, :]) if layer is None else (layer, rows, heads, positions[:, None, :])
         new = {"k": k.transpose(0, 2, 1, 3), "v": v.transpose(0, 2, 1, 3)}
-        if layer is None:  # this layer's own arrays: written in place, read whole when attend_len covers them
-            cache = {n: cache[n].at[rows, heads, at].set(new[n].astype(cache[n].dtype)) for n in ("k", "v")}
-            k, v = (cache[n] if attend_len in (None, cache[n].shape[2]) else cache[n][:, :, :attend_len]
-                    for n in "kv")
-            k, v = k.astype(dt), v.astype(dt)
-        else:
-            cache = {n: cache[n].at[layer, rows, heads, at].set(new[n].astype(cache[n].dtype)) for n in ("k", "v")}
-            k, v = (jax.lax.dynamic_index_in_dim(cache[n], layer, 0, keepdims=False)[:, :, :attend_len].astype(dt)
-                    for n in "kv")
+        cache = {n: cache[n].at[at].set(new[n].astype(cache[n].dtype)) for n in ("k", "v")}
+
+        def own(a: jax.Array) -> jax.Array:  # this layer's [B, KVH, S, hd] (a slice of full length is no copy)
+            return a if layer is None else jax.lax.dynamic_index_in_dim(a, layer, 0, keepdims=False)
+
+        k, v = (own(cache[n])[:, :, :attend_len].astype(dt) for n in "kv")
     if mask is None:
         attn = kernel_attention(cfg, q, k, v, segment_ids)
     else:
