@@ -1,6 +1,9 @@
 """Shared pytest setup: keep JAX on the CPU with one device unless a test starts its own subprocess."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -12,6 +15,16 @@ import pytest
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{TEST_XLA_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
+# Many tests and their subprocesses compile the same programs (the main job's smoke run, then the run that
+# resumes it, the multihost workers, the scripts): JAX's compilation cache on disk compiles each once per
+# suite run. A fresh directory every run, so a local run starts as cold as CI's clean checkout. Tests that
+# count compilations turn it off for themselves (fixture `without_compilation_cache`); the sglang-jax
+# servers (another JAX, in their own venv) do not use it (fixture below).
+CACHE_VARS = {"JAX_COMPILATION_CACHE_DIR": tempfile.mkdtemp(prefix="jaxwebrl-tests-xla-cache-"),
+              "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ.update(CACHE_VARS)
+    atexit.register(shutil.rmtree, CACHE_VARS["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,11 +47,30 @@ def sglang_servers_compile_at_xla_default():
     def environment(self: SGLangServer) -> dict[str, str]:
         env = original(self)
         env["XLA_FLAGS"] = env.get("XLA_FLAGS", "").replace(TEST_XLA_FLAGS, "").strip()
+        for name in CACHE_VARS:
+            env.pop(name, None)
         return env
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(SGLangServer, "environment", environment)
         yield
+
+
+@pytest.fixture
+def without_compilation_cache():
+    """For a test that counts XLA compilations: a program another test already compiled would come from the
+    disk cache without a compile event."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX decides once whether the cache is on; make it decide again
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
+        compilation_cache.reset_cache()
 
 
 def pytest_generate_tests(metafunc) -> None:

@@ -158,7 +158,8 @@ def test_concurrent_requests_equal_solo_and_reuse_freed_slots(tiny: dict[str, An
     assert counts["decode"] <= len(engine.buckets) and counts["prefill"] <= len(engine.buckets)
 
 
-def test_cache_capacity_follows_the_requests_in_flight(tiny: dict[str, Any], engine: JaxEngine) -> None:
+def test_cache_capacity_follows_the_requests_in_flight(tiny: dict[str, Any], engine: JaxEngine,
+                                                      without_compilation_cache: None) -> None:
     """The slot cache grows to the bucket of the longest request in flight and is cut back once the requests
     need half of it or less; outputs equal the fixture engine's (fixed buckets) across the resizes."""
     eng = _engine(tiny, buckets=(16, 32, 64, MAX_LEN))

@@ -89,7 +89,8 @@ def _compiles() -> tuple[list[int], Any]:
     return count, listen
 
 
-def test_trainer_vl_batches_equal_hand_built_and_buckets_compile_once(policy: dict[str, Any], tmp_path: Path) -> None:
+def test_trainer_vl_batches_equal_hand_built_and_buckets_compile_once(policy: dict[str, Any], tmp_path: Path,
+                                                                     without_compilation_cache: None) -> None:
     cfg, proc = policy["cfg"], policy["proc"]
     trainer = Trainer(_run_config(tmp_path), params=policy["params"], model_cfg=cfg, tokenizer_dir=policy["path"],
                       total_steps=10, checkpointing=False)

@@ -130,6 +130,7 @@ def test_page_latency_is_lognormal_and_waits_on_the_request_thread():
     draws = np.array([lat.draw() for _ in range(40_000)])
     assert abs(np.median(draws) - 1.0) < 0.03 and abs(np.quantile(draws, 0.9) - 3.0) < 0.1 and draws.max() <= 20
     assert PageLatency.parse("off") is None and PageLatency.parse("lognormal") == PageLatency()
+    assert PageLatency.parse("webgym") == PageLatency(1.0, 10.0, 45.0)  # the preset is the spec it names
     with pytest.raises(ValueError, match="unknown parameter 'p95'"):
         PageLatency.parse("lognormal:p95=3")
     with pytest.raises(ValueError, match="the only kind is 'lognormal'"):
