@@ -1,7 +1,7 @@
 """Episodes per minute of asynchronous vs lock-step collection when environment time is waiting (web latency).
 
     python scripts/bench_rollout.py [--contexts 8 32 128] [--episodes-per-context 2] [--max-steps 4]
-                                    [--latency lognormal:median=1.0,p90=3.0,max=20] [--group-size 1]
+                                    [--latency lognormal:median=1.0,p90=3.0,max=20 | webgym] [--group-size 1]
 
 Workload: the local sites (shop, wiki) serve every page after a heavy-tailed server-side delay
 (envs/sites/latency.py: lognormal, median 1 s, 90th percentile 3 s by default), on the request's own thread, so
@@ -126,8 +126,10 @@ def mem_available_mb() -> float:
 
 
 async def run(mode: str, contexts: int, args: argparse.Namespace, cfg: Any, params: Any, tok: Any, suite: Any) -> dict:
+    # the longest page wait must fit in an action (and a step): a capped page is slow, not an environment error
+    cap = args.page_latency.max_s if args.page_latency else 0.0
     env_cfg = EnvConfig(action_space="bid", obs=ObsConfig(text_mode="axtree", text_budget_chars=1200, metadata=False),
-                        action_timeout_s=30.0)
+                        action_timeout_s=max(30.0, cap + 15.0), step_timeout_s=max(45.0, cap + 45.0))
     agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=args.max_steps, max_format_errors=100,
                         max_new_tokens=args.new_tokens, max_context_tokens=2048, generate_timeout_s=600.0,
                         viewer_screenshots=False)
@@ -187,10 +189,12 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=1, help="episodes per group (1: independent rollouts, as WebGym)")
-    ap.add_argument("--latency", default="lognormal:median=1.0,p90=3.0,max=20")
+    ap.add_argument("--latency", default="lognormal:median=1.0,p90=3.0,max=20",
+                    help="page waits (envs/sites/latency.py): a lognormal spec, a preset ('webgym': p90 10 s, cut at 45 s) or off")
     ap.add_argument("--memory-margin-mb", type=float, default=3000.0, help="free memory a level must leave")
     ap.add_argument("--json", default="", help="write the measurements here (scripts/sim_rollout.py --measured)")
     args = ap.parse_args()
+    args.page_latency = PageLatency.parse(args.latency)
     with tempfile.TemporaryDirectory() as d:
         make_tiny_checkpoint(d, tiny_config("qwen3", vocab_size=512, max_position_embeddings=2048))
         cfg, params = load_hf(d)
@@ -202,7 +206,7 @@ def main() -> None:
               f"{'browser s':>9} {'engine s':>8} {'wait s':>8} {'MB/ctx':>7}")
     print(header)
     per_context_mb = 60.0
-    latency = PageLatency.parse(args.latency)
+    latency = args.page_latency
     measured: list[dict] = []
     try:
         for c in args.contexts:

@@ -61,24 +61,40 @@ def fit_cpu_s(base: Workload, target_min: float, seeds: int) -> float:
     return x1
 
 
-def local_check(path: str, seeds: int) -> None:
+def measured_workload(level: dict, mode: str, cpus: float | None = None) -> Workload:
+    """A measured level as the model sees it: the cores the async run got (or `cpus`), its browser CPU per
+    reset/step, the engine's time per request, the page waits, episode lengths and counts."""
+    m = level[mode]
+    return Workload(episodes=m["episodes"], envs=level["contexts"], cpus=cpus or max(0.1, level["async"]["cores_used"]),
+                    cpu_s=m["cpu_per_reset_or_step"], gen_s=m["engine_s_per_step"], gpu_slots=level["contexts"],
+                    latency_median_s=level["latency"]["median_s"], latency_p90_s=level["latency"]["p90_s"],
+                    latency_max_s=level["latency"]["max_s"],
+                    lengths=lambda rng, n, ls=tuple(m["lengths"]): np.resize(np.asarray(ls), n))
+
+
+def per_min(w: Workload, mode: str, seeds: int) -> float:
+    return float(np.mean([simulate(dataclasses.replace(w, seed=s), mode).episodes_per_min for s in range(seeds)]))
+
+
+def local_check(path: str, seeds: int, cores: tuple[float, ...] = (4, 8, 16)) -> None:
     levels = json.loads(open(path).read())
     print(f"1. Local check against {path} (measured on this machine):")
     print("| contexts | mode | measured ep/min | simulated ep/min | measured ratio | simulated ratio |")
     print("|---:|---|---:|---:|---:|---:|")
     for level in levels:
         a, l = level["async"], level["lockstep"]
-        sim = {}
-        for mode, m in (("async", a), ("lockstep", l)):
-            w = Workload(episodes=m["episodes"], envs=level["contexts"], cpus=max(0.1, a["cores_used"]),
-                         cpu_s=m["cpu_per_reset_or_step"], gen_s=m["engine_s_per_step"], gpu_slots=level["contexts"],
-                         latency_median_s=level["latency"]["median_s"], latency_p90_s=level["latency"]["p90_s"],
-                         latency_max_s=level["latency"]["max_s"],
-                         lengths=lambda rng, n, ls=tuple(m["lengths"]): np.resize(np.asarray(ls), n))
-            sim[mode] = np.mean([simulate(dataclasses.replace(w, seed=s), mode).episodes_per_min for s in range(seeds)])
+        sim = {mode: per_min(measured_workload(level, mode), mode, seeds) for mode in ("async", "lockstep")}
         for mode, m in (("async", a), ("lockstep", l)):
             print(f"| {level['contexts']} | {mode} | {m['per_min']:.1f} | {sim[mode]:.1f} | "
                   f"{a['per_min'] / l['per_min']:.2f}x | {sim['async'] / sim['lockstep']:.2f}x |")
+    print("\nThe same measured costs on a machine with more cores (the model above, only `cpus` changed):")
+    print("| contexts | cores | async ep/min | lock-step ep/min | ratio |")
+    print("|---:|---:|---:|---:|---:|")
+    for level in levels:
+        for c in cores:
+            sim = {mode: per_min(measured_workload(level, mode, c), mode, seeds) for mode in ("async", "lockstep")}
+            print(f"| {level['contexts']} | {c:g} | {sim['async']:.1f} | {sim['lockstep']:.1f} | "
+                  f"{sim['async'] / sim['lockstep']:.2f}x |")
 
 
 def webgym_check(gen_s: float, seeds: int, median: float, p90: float, cap: float) -> None:
