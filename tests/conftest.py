@@ -20,11 +20,12 @@ if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
 # suite run. A fresh directory every run, so a local run starts as cold as CI's clean checkout. Tests that
 # count compilations turn it off for themselves (fixture `without_compilation_cache`); the sglang-jax
 # servers (another JAX, in their own venv) do not use it (fixture below).
-CACHE_VARS = {"JAX_COMPILATION_CACHE_DIR": tempfile.mkdtemp(prefix="jaxwebrl-tests-xla-cache-"),
-              "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ.update(CACHE_VARS)
-    atexit.register(shutil.rmtree, CACHE_VARS["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+CACHE_VARS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+              "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # set (even empty: off) by whoever runs the suite, it stays
+    os.environ.update(JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(prefix="jaxwebrl-tests-xla-cache-"),
+                      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
