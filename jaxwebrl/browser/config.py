@@ -124,6 +124,7 @@ class ObsConfig:
     include_hidden: bool = False
     relative_urls: bool = False
     box_centres: bool = False  # a11y lines of interactive elements in view end with `centre: (x, y)` on 0..1000
+    ids_after_names: bool = False  # a11y lines as `button 'No' [12]` instead of `[12] button 'No'`
 
     def validate(self) -> None:
         if self.text_mode not in TEXT_MODES:
@@ -181,6 +182,10 @@ class BrowserConfig:
     # Each interactive element's box centre on the 0..1000 grid in the a11y text: coordinate tools (openwebrl)
     # can aim from text until the policy sees screenshots.
     box_centres: bool = False
+    # A11y lines as `button 'No' [12]`: the id right after the name it belongs to, so copying it is "the token
+    # after the match", the pattern a small model's attention learns first (the default, `[12] button 'No'`, is
+    # the line format of BrowserGym, WebArena and the papers).
+    ids_after_names: bool = False
     screenshot: bool = False  # a PNG of the viewport with each observation
     set_of_marks: bool = False  # element ids drawn on the screenshot
     viewport_width: int = 1280
@@ -242,6 +247,7 @@ class BrowserConfig:
         """The per-episode config; the episode's time budget is the agent's (`agent.episode_timeout_s`)."""
         obs = ObsConfig(text_mode=self.text_mode, text_budget_chars=self.text_budget_chars, metadata=self.page_metadata,
                         relative_urls=self.relative_urls, box_centres=self.box_centres, screenshot=self.screenshot,
+                        ids_after_names=self.ids_after_names,
                         set_of_marks=self.set_of_marks)
         return EnvConfig(action_space=self.action_space, obs=obs, viewport=(self.viewport_width, self.viewport_height),
                          device_scale_factor=self.device_scale_factor, action_timeout_s=self.action_timeout_s, step_timeout_s=self.step_timeout_s,

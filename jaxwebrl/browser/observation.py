@@ -88,11 +88,13 @@ def relative_url(url: str, page_url: str | None) -> str:
 
 
 def axtree_line(el: Element, depth_offset: int = 1, page_url: str | None = None,
-                viewport: tuple[float, float] | None = None) -> str:
+                viewport: tuple[float, float] | None = None, id_after_name: bool = False) -> str:
     """One element's line. With `viewport`, an interactive element in view also shows its box centre on the
-    0..1000 grid (`centre: (x, y)`), what coordinate tools aim at when the policy reads text, not pixels."""
+    0..1000 grid (`centre: (x, y)`), what coordinate tools aim at when the policy reads text, not pixels. With
+    `id_after_name`, the id follows the name (`button 'No' [12]`)."""
     name = el.name if el.name or el.role != "StaticText" else el.text
-    line = "\t" * (el.depth + depth_offset) + f"[{el.id}] {el.role} {name!r}"
+    head = f"{el.role} {name!r} [{el.id}]" if id_after_name else f"[{el.id}] {el.role} {name!r}"
+    line = "\t" * (el.depth + depth_offset) + head
     for key, value in el.props.items():
         if key == "url" and isinstance(value, str):
             value = relative_url(value, page_url)
@@ -104,14 +106,15 @@ def axtree_line(el: Element, depth_offset: int = 1, page_url: str | None = None,
 
 
 def render_axtree(snap: Snapshot, include_hidden: bool = False, relative_urls: bool = False,
-                  box_centres: bool = False) -> str:
+                  box_centres: bool = False, ids_after_names: bool = False) -> str:
     """One line per visible element; with `relative_urls`, links on the page's own origin show only their path;
-    with `box_centres`, interactive elements in view show their centre on the 0..1000 grid."""
+    with `box_centres`, interactive elements in view show their centre on the 0..1000 grid; with
+    `ids_after_names`, each id follows its element's name."""
     page_url = snap.url if relative_urls else None
     viewport = snap.viewport if box_centres else None
     lines = [f"RootWebArea {snap.title!r}" + (" focused: True" if snap.focused is None else "")]
-    lines += [axtree_line(el, page_url=page_url, viewport=viewport) for el in snap.elements
-              if include_hidden or el.visible]
+    lines += [axtree_line(el, page_url=page_url, viewport=viewport, id_after_name=ids_after_names)
+              for el in snap.elements if include_hidden or el.visible]
     return "\n".join(lines)
 
 
@@ -207,7 +210,8 @@ async def observe(session: BrowserSession, config: ObsConfig, goal: str) -> Obse
     """Mark the active tab and build the configured observation parts."""
     await session.ensure_page()
     snap = await session.snapshot()
-    ax = render_axtree(snap, config.include_hidden, config.relative_urls, config.box_centres) if config.text_mode in ("axtree", "both") else None
+    ax = (render_axtree(snap, config.include_hidden, config.relative_urls, config.box_centres, config.ids_after_names)
+          if config.text_mode in ("axtree", "both") else None)
     ht = render_html(snap, config.include_hidden) if config.text_mode in ("html", "both") else None
     truncated = False
     if config.text_mode == "both":

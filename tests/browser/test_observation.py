@@ -121,3 +121,29 @@ def test_box_centres_in_the_axtree_aim_openwebrl_clicks(runner, pool, sites):
             assert r.observation.metadata.focused is not None and r.observation.metadata.focused.startswith(f"[{box[0]}]")
 
     runner.run(go())
+
+
+def test_ids_after_names_render_the_same_elements_and_their_ids_click(runner, pool, sites):
+    """`ids_after_names`: every a11y line carries the same element as the default layout, with its id moved
+    behind the name (`searchbox 'Search products' [12] required: False`); an id read from such a line clicks."""
+    async def go():
+        default = EnvConfig(action_space="bid", obs=ObsConfig(text_mode="axtree", text_budget_chars=100_000))
+        after = EnvConfig(action_space="bid", obs=ObsConfig(text_mode="axtree", text_budget_chars=100_000,
+                                                            ids_after_names=True))
+        async with pool.episode(sites.get_task("shop_007"), 0, default) as (_, obs):
+            before_lines = obs.text.split("\n")
+        async with pool.episode(sites.get_task("shop_007"), 0, after) as (env, obs):
+            lines = obs.text.split("\n")
+            assert len(lines) == len(before_lines) > 5 and lines[0] == before_lines[0]
+            moved = re.compile(r"^(\t*)(\S+ (?:'.*?'|\".*?\")) \[(\d+)\](.*)$")
+            for line, old in zip(lines[1:], before_lines[1:]):
+                m = moved.match(line)
+                assert m, line
+                # the same line with the id moved (ids differ between the two episodes' sessions only by number)
+                assert re.sub(r"\[\d+\] ", "", old) == f"{m[1]}{m[2]}{m[4]}", (old, line)
+            link = next(m for m in map(moved.match, lines[1:])  # a link to another page than this one
+                        if m[2].startswith("link ") and "/category/" in m[4])
+            r = await env.step(f"click('{link[3]}')")
+            assert not r.format_error and "Page navigated to" in r.feedback, r.feedback
+
+    runner.run(go())
