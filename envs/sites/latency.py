@@ -69,7 +69,8 @@ class PageLatency:
     def parse(cls, spec: str | None, seed: int = 0) -> "PageLatency | None":
         """'off' / '' -> None; 'lognormal' -> the default; 'lognormal:median=1,p90=3,max=20' -> those values;
         a preset's name ('webgym') -> its values."""
-        spec = PRESETS.get((spec or "").strip(), (spec or "").strip())
+        spec = (spec or "").strip()
+        spec = PRESETS.get(spec, spec)
         if spec in ("", "off", "none", "0"):
             return None
         kind, _, args = spec.partition(":")
