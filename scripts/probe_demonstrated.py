@@ -63,7 +63,7 @@ def collect(run: Any, seeds: int) -> list[Any]:
             async with BrowserPool(pool_cfg, env_cfg) as pool:
                 return await collect_demonstrations(pool, env_cfg, tasks, suite.seeds("test", seeds),
                                                     get_solvers(run.tasks.suite).plan, run.agent.prompt_format,
-                                                    concurrency=pool_cfg.capacity)
+                                                    concurrency=pool_cfg.capacity, rationale=run.bc.rationale)
         demos = asyncio.run(play())
     finally:
         suite.stop()

@@ -87,14 +87,18 @@ def relative_url(url: str, page_url: str | None) -> str:
     return urlunsplit(("", "", parts.path or "/", parts.query, parts.fragment))
 
 
+def element_head(el: Element, id_after_name: bool = False) -> str:
+    """An element's id, role and name as its a11y line shows them (`[12] button 'No'`, or `button 'No' [12]`)."""
+    name = el.name if el.name or el.role != "StaticText" else el.text
+    return f"{el.role} {name!r} [{el.id}]" if id_after_name else f"[{el.id}] {el.role} {name!r}"
+
+
 def axtree_line(el: Element, depth_offset: int = 1, page_url: str | None = None,
                 viewport: tuple[float, float] | None = None, id_after_name: bool = False) -> str:
     """One element's line. With `viewport`, an interactive element in view also shows its box centre on the
     0..1000 grid (`centre: (x, y)`), what coordinate tools aim at when the policy reads text, not pixels. With
     `id_after_name`, the id follows the name (`button 'No' [12]`)."""
-    name = el.name if el.name or el.role != "StaticText" else el.text
-    head = f"{el.role} {name!r} [{el.id}]" if id_after_name else f"[{el.id}] {el.role} {name!r}"
-    line = "\t" * (el.depth + depth_offset) + head
+    line = "\t" * (el.depth + depth_offset) + element_head(el, id_after_name)
     for key, value in el.props.items():
         if key == "url" and isinstance(value, str):
             value = relative_url(value, page_url)

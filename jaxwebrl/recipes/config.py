@@ -100,6 +100,10 @@ class BCConfig:
     # token (0 = actions only): a denser signal for a model learning to read pages from scratch.
     context_loss_weight: float = 0.0
     seq_len: int = 0  # packed row length for the demonstrations (0 = train.seq_len); attention costs ~T^2 per row
+    # Each demonstrated action on an element is preceded by that element as the page shows it, in <think>
+    # (`<think>button 'No' [12]</think>click('12')` with env.ids_after_names): the policy learns to name its
+    # target before it writes the id.
+    rationale: bool = False
 
     def __post_init__(self) -> None:
         for name in ("demonstration_seeds", "vocab_size", "steps", "micro_batch"):

@@ -25,6 +25,7 @@ from jaxwebrl.agent.prompts import extract_tag, get_format
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.env import EnvError
+from jaxwebrl.browser.observation import element_head
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, Turn, TurnImage
 from jaxwebrl.recipes.demo_actions import Step, Written, resolve, write_step
@@ -42,22 +43,26 @@ class Demonstration:
     error: str | None = None  # why the plan could not be played (no solver, element missing, action failed)
 
 
-def answer_text(action: str, prompt_format: str, memory: str | None = None, conclusion: str | None = None) -> str:
-    """The response a policy in `prompt_format` writes for `action` (empty reasoning: solvers have none).
+def answer_text(action: str, prompt_format: str, memory: str | None = None, conclusion: str | None = None,
+                rationale: str | None = None) -> str:
+    """The response a policy in `prompt_format` writes for `action`.
 
-    `action` is already in the format's action grammar (see `demo_actions.write_step`). WebGym's format
-    carries the notes the next turn will see in <memory>; BrowserAgent's an optional <conclusion>."""
-    if prompt_format == "bid":
-        return action
+    `action` is already in the format's action grammar (see `demo_actions.write_step`). The reasoning is
+    empty (solvers have none) unless `rationale` is given: the target element as the page shows it, written
+    in <think> before the action (`bc.rationale`). WebGym's format carries the notes the next turn will see
+    in <memory>; BrowserAgent's an optional <conclusion>."""
+    think = f"<think>{rationale or ''}</think>"
+    if prompt_format == "bid":  # no reasoning asked for; a rationale still goes first (the parser skips <think>)
+        return f"{think}{action}" if rationale else action
     if prompt_format == "webagent_r1":
-        return f"<think></think><answer>{action}</answer>"
+        return f"{think}<answer>{action}</answer>"
     if prompt_format == "openwebrl":
-        return f"<think></think>\n{action}"
+        return f"{think}\n{action}"
     if prompt_format == "webgym":
-        return f"<think></think>\n<memory>{memory or '(nothing yet)'}</memory>\n```{action}```"
+        return f"{think}\n<memory>{memory or '(nothing yet)'}</memory>\n```{action}```"
     if prompt_format == "browseragent":
         note = f"<conclusion>{conclusion}</conclusion>\n" if conclusion else ""
-        return f"<think></think>\n{note}```{action}```"
+        return f"{think}\n{note}```{action}```"
     raise ValueError(f"prompt format {prompt_format!r} has no demonstration writer")
 
 
@@ -74,6 +79,14 @@ def _describe(step: Step, elements: Sequence[Any]) -> str:
     if step.kind == "select":
         return f"chose {step.text!r} in {label}"
     return f"clicked {label}"
+
+
+def _rationale(step: Step | str, elements: Sequence[Any], env_config: EnvConfig) -> str | None:
+    """The step's target as the page text shows it (`button 'No' [12]` with `env.ids_after_names`): a
+    grounding step a policy can learn to write before the id, each token a copy from the goal or the page."""
+    if isinstance(step, str) or not step.needs_element:
+        return None
+    return element_head(resolve(step, elements), env_config.obs.ids_after_names)
 
 
 RETRIES = 3  # looks again at a page that has not caught up with the last action yet
@@ -99,10 +112,11 @@ async def settled(env: Any) -> None:
 
 
 async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: EnvConfig, prompt_format: str,
-                    ) -> tuple[list[StepRecord], str | None]:
+                    rationale: bool = False) -> tuple[list[StepRecord], str | None]:
     """Play `plan` in `env` from observation `obs`, writing each step in the env's action grammar against
     the live page and each response in `prompt_format`. Returns the step records and the first error (None
-    when every action executed). A plain string in `plan` is an action text already in the grammar."""
+    when every action executed). A plain string in `plan` is an action text already in the grammar. With
+    `rationale`, each response on an element first names it as its a11y line does (`_rationale`)."""
     space = env_config.action_space
     records: list[StepRecord] = []
     feedback: str | None = None
@@ -125,6 +139,7 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
                 try:
                     written = Written([step]) if isinstance(step, str) else write_step(step, space, obs.elements, viewport)
                     done_line = step if isinstance(step, str) else _describe(step, obs.elements)
+                    why = _rationale(step, obs.elements, env_config) if rationale else None
                     break
                 except LookupError as exc:
                     if attempt == RETRIES:
@@ -134,7 +149,7 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
                 mem = "; ".join(memory + ([done_line] if written.complete else []))
                 conclusion = " ".join(notes) or None
                 notes = []
-                text = answer_text(action, prompt_format, memory=mem, conclusion=conclusion)
+                text = answer_text(action, prompt_format, memory=mem, conclusion=conclusion, rationale=why)
                 rec = StepRecord(observation=obs, feedback=feedback, action=action, response_text=text,
                                  conclusion=extract_tag(text, "conclusion"), memory=extract_tag(text, "memory"))
                 records.append(rec)
@@ -159,7 +174,7 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
 async def collect_demonstrations(
     pool: BrowserPool, env_config: EnvConfig, tasks: Sequence[Any], seeds: Sequence[int], solver: Solver,
     prompt_format: str = "bid", concurrency: int = 4, on_done: Callable[[], None] | None = None,
-    only_successful: bool = True,
+    only_successful: bool = True, rationale: bool = False,
 ) -> list[Demonstration]:
     """Play every (task, seed) with the solver's plan, written in `env_config.action_space` and wrapped in
     `prompt_format`; returns the successful demonstrations (all of them, failures with their `error`, when
@@ -195,7 +210,7 @@ async def collect_demonstrations(
                 plan = solver(name, obs.goal, obs.elements)
             except (LookupError, KeyError) as exc:
                 return Demonstration(task.task_id, seed, obs.goal, [], False, f"no plan: {exc}")
-            steps, error = await play_plan(env, obs, plan, env_config, prompt_format)
+            steps, error = await play_plan(env, obs, plan, env_config, prompt_format, rationale)
             await settled(env)
             ev = await env.evaluate()
             return Demonstration(task.task_id, seed, obs.goal, steps, bool(ev.success) and error is None and bool(steps),

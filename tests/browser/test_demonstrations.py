@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 
 import pytest
 
@@ -157,3 +158,31 @@ def test_paper_configs_render_their_demonstrations(runner, pool, miniwob, sites,
     for s in samples[:5]:  # the loss is on the response tokens, which decode to a parsable action
         text = tok.decode(s.tokens[s.loss_mask.astype(bool)])
         assert not isinstance(get_action_space(space).parse(text), ParseError), text
+
+
+@pytest.mark.parametrize("fmt", ["bid", "webagent_r1"])
+def test_rationale_names_each_target_as_its_page_line_does(runner, pool, miniwob, fmt):
+    """bc.rationale: before each action on an element the demonstration writes that element's id, role and
+    name exactly as the page text shows them (ids after names), so every token of it is a copy; the action
+    still parses to the same call, and the solver's episodes still succeed."""
+    space = "webagent_r1" if fmt == "webagent_r1" else "bid"
+    cfg = EnvConfig(action_space=space, obs=ObsConfig(text_mode="axtree", ids_after_names=True))
+    tasks = [miniwob.get_task(f"miniwob.{t}") for t in ("click-button", "click-link", "click-checkboxes", "enter-text")]
+    demos = runner.run(collect_demonstrations(pool, cfg, tasks, [3, 5], miniwob_plan, fmt, concurrency=8,
+                                              only_successful=False, rationale=True), timeout=280)
+    assert len(demos) == 8 and all(d.success for d in demos), [(d.task_id, d.seed, d.error) for d in demos]
+    named = 0
+    for d in demos:
+        for s in d.steps:
+            why = extract_tag(s.response_text, "think")
+            ids = re.findall(r"'(\d+)'|element=\"(\d+)\"|\[(\d+)\]", s.action)
+            assert ids, s.action  # every step of these plans acts on an element
+            target = next(x for x in ids[0] if x)
+            assert why and why.endswith(f"[{target}]"), (s.response_text, s.action)
+            assert why in s.observation.text, (why, s.observation.text)  # a copy of the page's own line
+            parsed = get_action_space(space).parse(s.response_text)
+            assert not isinstance(parsed, ParseError), s.response_text
+            plain = get_action_space(space).parse(s.response_text.replace(why, ""))
+            assert [(a.name, a.args) for a in parsed] == [(a.name, a.args) for a in plain]
+            named += 1
+    assert named >= 8
