@@ -34,6 +34,10 @@ from absl import app, flags
 from ml_collections import config_flags
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+from jaxwebrl.browser.marking import Element  # noqa: E402
+from jaxwebrl.browser.observation import axtree_line, element_head  # noqa: E402
+
 # role -> goal phrasings naming one element of that role
 GOALS = {
     "button": ['Click on the "{n}" button.', 'Click the button "{n}".', "Press {n}."],
@@ -56,6 +60,12 @@ def page_words(demo_file: Path) -> list[str]:
     return sorted(words - {"StaticText"})
 
 
+def _element(i: int, role: str, name: str, depth: int, **props: Any) -> Element:
+    """A synthetic page's element, to be written by the env's own line renderer."""
+    return Element(id=str(i), tag="", role=role, name=name, text=name, depth=depth, visible=True, interactive=True,
+                   in_viewport=True, bbox=(0.0, 0.0, 0.0, 0.0), props=props, attrs={}, is_frame=False)
+
+
 def synthetic_page(r: random.Random, words: list[str], ids_after_names: bool) -> tuple[str, str, str, str]:
     """(goal, page text, target head, action): the page in the a11y-line format the env renders."""
     def name() -> str:
@@ -66,9 +76,6 @@ def synthetic_page(r: random.Random, words: list[str], ids_after_names: bool) ->
             return "".join(r.choice(string.ascii_letters + string.digits) for _ in range(r.randint(2, 7)))
         return r.choice(BUTTON_WORDS)
 
-    def head(i: int, role: str, nm: str) -> str:
-        return f"{role} {nm!r} [{i}]" if ids_after_names else f"[{i}] {role} {nm!r}"
-
     role = r.choice(list(GOALS))
     names: list[str] = []
     count = r.randint(2, 8)
@@ -78,29 +85,26 @@ def synthetic_page(r: random.Random, words: list[str], ids_after_names: bool) ->
             names.append(x)
     target = r.randrange(len(names))
     goal = r.choice(GOALS[role]).format(n=names[target])
-    lines = [f"RootWebArea {r.choice(TITLES)!r} focused: True", "\t" + head(1, "StaticText", goal)]
-    i, target_head, target_id = 2, "", 0
+    title = r.choice(TITLES)
+    elements = [_element(1, "StaticText", goal, 0)]
+    target_el = elements[0]
     for k, nm in enumerate(names):
         if r.random() < 0.25:  # filler text between elements, as MiniWoB++ pages have
-            lines.append("\t" + head(i, "StaticText", " ".join(r.choice(words) for _ in range(r.randint(1, 4)))))
-            i += 1
+            filler = " ".join(r.choice(words) for _ in range(r.randint(1, 4)))
+            elements.append(_element(len(elements) + 1, "StaticText", filler, 0))
         if role in ("radio", "checkbox"):
-            lines.append("\t" + head(i, "LabelText", nm))
-            i += 1
-            lines.append("\t\t" + head(i, role, nm) + " required: False checked: False")
-            line_role = role
+            elements.append(_element(len(elements) + 1, "LabelText", nm, 0))
+            elements.append(_element(len(elements) + 1, role, nm, 1, required=False, checked=False))
         elif role == "link":
-            lines.append("\t\t" + head(i, "StaticText", nm))
-            line_role = "StaticText"
+            elements.append(_element(len(elements) + 1, "StaticText", nm, 1))
         else:
-            lines.append("\t" + head(i, role, nm))
-            line_role = role
+            elements.append(_element(len(elements) + 1, role, nm, 0))
         if k == target:
-            target_head, target_id = head(i, line_role, nm), i
-        i += 1
+            target_el = elements[-1]
     if role in ("radio", "checkbox"):
-        lines.append("\t" + head(i, "button", "Submit"))
-    return goal, "\n".join(lines), target_head, f"click('{target_id}')"
+        elements.append(_element(len(elements) + 1, "button", "Submit", 0))
+    lines = [f"RootWebArea {title!r} focused: True"] + [axtree_line(el, id_after_name=ids_after_names) for el in elements]
+    return goal, "\n".join(lines), element_head(target_el, ids_after_names), f"click('{target_el.id}')"
 
 
 def main() -> None:
@@ -115,7 +119,6 @@ def main() -> None:
 
     def _main(argv: list[str]) -> None:
         del argv
-        sys.path.insert(0, ROOT)
         from transformers import AutoTokenizer
 
         from jaxwebrl.agent.context import StepRecord
