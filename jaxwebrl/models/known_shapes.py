@@ -17,10 +17,16 @@ _QWEN3 = dict(architecture="qwen3", vocab_size=151936, head_dim=128, rope_theta=
               qk_norm=True, max_position_embeddings=40960, eos_token_id=151645, pad_token_id=151643)
 
 KNOWN_SHAPES: dict[str, dict[str, Any]] = {
+    "Qwen2.5-0.5B": dict(_QWEN25, hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14,
+                         num_kv_heads=2, head_dim=64, tie_word_embeddings=True),
+    "Qwen2.5-1.5B": dict(_QWEN25, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
+                         num_kv_heads=2, tie_word_embeddings=True),
     "Qwen2.5-3B": dict(_QWEN25, hidden_size=2048, intermediate_size=11008, num_layers=36, num_heads=16,
                        num_kv_heads=2, tie_word_embeddings=True),
     "Qwen2.5-7B": dict(_QWEN25, vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28,
                        num_heads=28, num_kv_heads=4, tie_word_embeddings=False),
+    "Qwen3-1.7B": dict(_QWEN3, hidden_size=2048, intermediate_size=6144, num_layers=28, num_heads=16, num_kv_heads=8,
+                       tie_word_embeddings=True),
     "Qwen3-4B": dict(_QWEN3, hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32, num_kv_heads=8,
                      tie_word_embeddings=True),
     "Qwen3-8B": dict(_QWEN3, hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32, num_kv_heads=8,
@@ -31,6 +37,12 @@ KNOWN_SHAPES["Llama-3.1-8B"] = dict(
     num_kv_heads=8, head_dim=128, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
     max_position_embeddings=131072, eos_token_id=128009, bos_token_id=128000,
     rope_scaling=(("factor", 8.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0),
+                  ("original_max_position_embeddings", 8192), ("rope_type", "llama3")))
+KNOWN_SHAPES["Llama-3.2-1B"] = dict(
+    architecture="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32,
+    num_kv_heads=8, head_dim=64, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+    max_position_embeddings=131072, eos_token_id=128001, bos_token_id=128000,
+    rope_scaling=(("factor", 32.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0),
                   ("original_max_position_embeddings", 8192), ("rope_type", "llama3")))
 # Names the configs use for checkpoints they produce or fine-tune, by the model they start from.
 ALIASES = {
