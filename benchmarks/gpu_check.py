@@ -277,8 +277,9 @@ def _torch_model(cfg: ModelConfig, params: Any | None, dtype: torch.dtype, workd
 def section_parity(r: Report) -> dict[str, Any]:
     out: dict[str, Any] = {"passed": True}
     rng = np.random.default_rng(0)
-    B, T = (2, 256) if GPU else (1, 16)
+    B, T = (2, 128) if GPU else (1, 16)
     for arch, name in (("llama", "Llama-3.2-1B"), ("qwen2", "Qwen2.5-1.5B"), ("qwen3", "Qwen3-1.7B")):
+        t0 = time.perf_counter()
         cfg = shape(name, num_layers=4, scan_layers=True)
         params = init_params(cfg, jax.random.key(1))
         tokens = rng.integers(0, cfg.vocab_size, (B, T))
@@ -290,8 +291,10 @@ def section_parity(r: Report) -> dict[str, Any]:
         cfg16 = cfg.replace(dtype="bfloat16", param_dtype="bfloat16")
         p16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
         ours16 = np.asarray(jax.jit(lambda p, t, q: forward(cfg16, p, t, q)[0])(p16, tokens, pos), np.float32)
+        t_jax = time.perf_counter() - t0
         with tempfile.TemporaryDirectory() as d:
             model = _torch_model(cfg, params, torch.float32, d)
+        t_load = time.perf_counter() - t0 - t_jax
         tt = torch.tensor(tokens, dtype=torch.long, device=TORCH_DEVICE)
         with torch.no_grad():
             ref32 = model(input_ids=tt).logits.float().cpu().numpy()
@@ -306,7 +309,9 @@ def section_parity(r: Report) -> dict[str, Any]:
                      "fp32_argmax_agree": float((ours32.argmax(-1) == ref32.argmax(-1)).mean()),
                      "jax_default_precision_rel_l2": rel_l2(ours_default, ref32),
                      "bf16_rel_l2_ours": e16_ours, "bf16_rel_l2_transformers": e16_torch, "bf16_bound": bound16,
-                     "bf16_ours_vs_transformers_bf16": rel_l2(ours16, ref16), "passed": ok}
+                     "bf16_ours_vs_transformers_bf16": rel_l2(ours16, ref16), "passed": ok,
+                     "seconds": {"jax_init_and_3_forwards": t_jax, "export_and_transformers_load": t_load,
+                                 "all": time.perf_counter() - t0}}
         out["passed"] &= ok
         r.say(f"  {arch:6s} fp32 rel L2 {e32:.2e} (<= 1e-4; default precision {out[arch]['jax_default_precision_rel_l2']:.1e}); "
               f"bf16 vs fp32 ref: ours {e16_ours:.2e}, transformers {e16_torch:.2e} (bound {bound16:.2e}) "
@@ -374,7 +379,34 @@ def section_cpu_gpu(r: Report) -> dict[str, Any]:
             "update_rel_l2": moved, "bound": 1e-5, "passed": ok}
 
 
+def _reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, dout: jax.Array) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Causal GQA attention and its q/k/v gradients in fp32 at highest precision, one kv-head group at a time
+    (dense XLA attention of one group: 1/K of the full scores' memory, one compiled program)."""
+    K = k.shape[2]
+    G = q.shape[2] // K
+
+    def f(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+        def loss(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+            return (jax.nn.dot_product_attention(a, b, c, is_causal=True, implementation="xla") * d).sum()
+        return jax.nn.dot_product_attention(a, b, c, is_causal=True, implementation="xla"), jax.grad(loss, (0, 1, 2))(a, b, c)
+
+    fj = jax.jit(f)
+    outs, gq, gk, gv = [], [], [], []
+    with jax.default_matmul_precision("highest"):
+        for g in range(K):
+            qs, ds = q[:, :, g * G:(g + 1) * G], dout[:, :, g * G:(g + 1) * G]
+            o, (a, b, c) = fj(qs.astype(jnp.float32), k[:, :, g:g + 1].astype(jnp.float32),
+                              v[:, :, g:g + 1].astype(jnp.float32), ds)
+            outs.append(np.asarray(o))
+            gq.append(np.asarray(a))
+            gk.append(np.asarray(b))
+            gv.append(np.asarray(c))
+    return np.concatenate(outs, 2), [np.concatenate(gq, 2), np.concatenate(gk, 2), np.concatenate(gv, 2)]
+
+
 def section_attention(r: Report) -> dict[str, Any]:
+    """cuDNN first (the goal), then the model's XLA blocked attention, each only while the budget allows: on an
+    H200 (2026-11-27) the XLA variant's programs at 4k did not finish compiling in 250 s."""
     H, K, hd = (16, 8, 128) if GPU else (4, 2, 16)
     lengths = ((4096, 4), (16384, 1)) if GPU else ((128, 1), (256, 1))
     impl = "cudnn" if GPU else "xla"  # the smoke mode runs the same call through XLA's implementation
@@ -387,32 +419,34 @@ def section_attention(r: Report) -> dict[str, Any]:
         return _attention(q, k, v, attention_mask(pos, None, None), K)
 
     variants: dict[str, Callable[..., jax.Array]] = {
-        "xla": xla,
-        "cudnn": lambda q, k, v: attention_backends.kernel_attention(kcfg, q, k, v, None),
         "cudnn_no_mask": lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=impl),
+        "cudnn": lambda q, k, v: attention_backends.kernel_attention(kcfg, q, k, v, None),
+        "xla": xla,
     }
+    needs = {"cudnn_no_mask": 20, "cudnn": 20, "xla": 150}  # seconds a variant may take, compile included
     out: dict[str, Any] = {"heads": H, "kv_heads": K, "head_dim": hd, "implementation": impl, "passed": True}
     for T, B in lengths:
         key = jax.random.split(jax.random.key(T), 4)
-        q32 = jax.random.normal(key[0], (B, T, H, hd), jnp.float32)
-        k32 = jax.random.normal(key[1], (B, T, K, hd), jnp.float32)
-        v32 = jax.random.normal(key[2], (B, T, K, hd), jnp.float32)
+        q, k, v = (jax.random.normal(key[i], (B, T, n, hd), jnp.float32).astype(jnp.bfloat16)
+                   for i, n in ((0, H), (1, K), (2, K)))
         dout = jax.random.normal(key[3], (B, T, H, hd), jnp.float32)
-        q, k, v = (x.astype(jnp.bfloat16) for x in (q32, k32, v32))
-
-        def grads_of(f: Callable[..., jax.Array]) -> Callable[..., Any]:
-            return jax.jit(jax.grad(lambda a, b, c: (f(a, b, c).astype(jnp.float32) * dout).sum(), argnums=(0, 1, 2)))
-
-        with jax.default_matmul_precision("highest"):
-            ref_o = np.asarray(jax.jit(xla)(q32, k32, v32))
-            ref_g = [np.asarray(g) for g in grads_of(xla)(q32, k32, v32)]
+        t = time.perf_counter()
+        ref_o, ref_g = _reference_attention(q, k, v, dout)
         flops_fwd = 4 * B * H * T * T * hd / 2  # causal: half of QK^T and PV
-        row: dict[str, Any] = {"batch": B}
+        row: dict[str, Any] = {"batch": B, "reference_s": round(time.perf_counter() - t, 1)}
+        bound = 1e-2  # bf16 operands against an fp32 reference (METHOD.md: 1e-3 to 1e-2)
         for name, f in variants.items():
+            if r.left() < needs[name]:
+                row[name] = {"skipped": f"{r.left():.0f} s of the budget left"}
+                r.say(f"  T={T} {name}: skipped, {r.left():.0f} s of the budget left")
+                continue
             try:
-                fj, gj = jax.jit(f), grads_of(f)
+                fj = jax.jit(f)
+                gj = jax.jit(jax.grad(lambda a, b, c, f=f: (f(a, b, c).astype(jnp.float32) * dout).sum(), argnums=(0, 1, 2)))
+                t = time.perf_counter()
                 o = np.asarray(fj(q, k, v), np.float32)
                 g = [np.asarray(x, np.float32) for x in gj(q, k, v)]
+                first = time.perf_counter() - t
                 t_f = median_time(lambda: sync_jax(fj(q, k, v)), 10 if GPU else 2)
                 t_b = median_time(lambda: sync_jax(gj(q, k, v)), 10 if GPU else 2)
             except Exception as e:  # noqa: BLE001 - one variant failing is a finding; the others still run
@@ -420,26 +454,24 @@ def section_attention(r: Report) -> dict[str, Any]:
                 out["passed"] = False
                 r.say(f"  T={T} {name}: ERROR {row[name]['error'][:200]}")
                 continue
+            err = max(rel_l2(o, ref_o), *(rel_l2(a, b) for a, b in zip(g, ref_g)))
             row[name] = {"out_rel_l2": rel_l2(o, ref_o), "grad_rel_l2": max(rel_l2(a, b) for a, b in zip(g, ref_g)),
-                         "fwd_ms": t_f * 1e3, "fwd_bwd_ms": t_b * 1e3, "fwd_tflops": flops_fwd / t_f / 1e12,
-                         "fwd_bwd_tflops": 3.5 * flops_fwd / t_b / 1e12}
+                         "first_call_s": first, "fwd_ms": t_f * 1e3, "fwd_bwd_ms": t_b * 1e3,
+                         "fwd_tflops": flops_fwd / t_f / 1e12, "fwd_bwd_tflops": 3.5 * flops_fwd / t_b / 1e12,
+                         "passed": err <= bound}
+            out["passed"] &= row[name]["passed"]
             r.say(f"  T={T} B={B} {name}: fwd {t_f * 1e3:.2f} ms ({row[name]['fwd_tflops']:.0f} TFLOP/s), fwd+bwd "
-                  f"{t_b * 1e3:.2f} ms ({row[name]['fwd_bwd_tflops']:.0f} TFLOP/s), error vs fp32 "
-                  f"{max(row[name]['out_rel_l2'], row[name]['grad_rel_l2']):.1e}")
-        if "out_rel_l2" in row.get("xla", {}):
-            bound = 2 * max(row["xla"]["out_rel_l2"], row["xla"]["grad_rel_l2"]) + 1e-3
-            row["bound"] = bound
-            for name in ("cudnn", "cudnn_no_mask"):
-                if "error" in row[name]:
-                    continue
-                row[name]["passed"] = row[name]["out_rel_l2"] <= bound and row[name]["grad_rel_l2"] <= bound
-                row[name]["speedup_fwd_bwd_vs_xla"] = row["xla"]["fwd_bwd_ms"] / row[name]["fwd_bwd_ms"]
+                  f"{t_b * 1e3:.2f} ms ({row[name]['fwd_bwd_tflops']:.0f} TFLOP/s), error vs fp32 {err:.1e} "
+                  f"(<= {bound:.0e}), first call (compile) {first:.1f} s")
+        for name in ("cudnn", "cudnn_no_mask"):
+            if "fwd_ms" in row.get(name, {}) and "fwd_ms" in row.get("xla", {}):
                 row[name]["speedup_fwd_vs_xla"] = row["xla"]["fwd_ms"] / row[name]["fwd_ms"]
-                out["passed"] &= row[name]["passed"]
+                row[name]["speedup_fwd_bwd_vs_xla"] = row["xla"]["fwd_bwd_ms"] / row[name]["fwd_bwd_ms"]
                 r.say(f"  T={T} {name} vs xla: fwd {row[name]['speedup_fwd_vs_xla']:.2f}x, fwd+bwd "
-                      f"{row[name]['speedup_fwd_bwd_vs_xla']:.2f}x, equal within {bound:.1e}: {row[name]['passed']}")
+                      f"{row[name]['speedup_fwd_bwd_vs_xla']:.2f}x")
+        row["bound"] = bound
         out[f"T{T}"] = row
-        del q32, k32, v32, q, k, v, dout
+        del q, k, v, dout
         _free()
     attention_backends.CUDNN_IMPLEMENTATION = "cudnn"
     return out
@@ -502,7 +534,7 @@ def _torch_fwd_bwd(cfg: ModelConfig, tokens: np.ndarray, compile_it: bool) -> tu
 def section_train(r: Report) -> dict[str, Any]:
     out: dict[str, Any] = {}
     peak = peak_bf16(device_name()) if GPU else None
-    runs = (("Qwen2.5-0.5B", 8, 2048), ("Qwen2.5-1.5B", 4, 2048)) if GPU else (("Qwen2.5-0.5B", 2, 64),)
+    runs = (("Qwen2.5-1.5B", 4, 2048), ("Qwen2.5-0.5B", 8, 2048)) if GPU else (("Qwen2.5-0.5B", 2, 64),)
     for name, B, T in runs:
         try:
             out[name] = _train_one(r, name, B, T, peak)
@@ -523,7 +555,9 @@ def _train_one(r: Report, name: str, B: int, T: int, peak: float | None) -> dict
     batch["norm_weight"][:] = 1.0
     batch["norm_denom"][:] = 0.0
     batch["norm_denom"][..., 0, 0] = B * (T - 1)
+    t0 = time.perf_counter()
     ours, loss = _ours_fwd_bwd(cfg, batch)
+    r.say(f"  {name}: ours compiled and ran once in {time.perf_counter() - t0:.0f} s")
     sides: dict[str, Callable[[int], float]] = {"jaxwebrl": timed_side(ours)}
     losses = {"jaxwebrl": loss}
     t_step, t_loss = _torch_fwd_bwd(cfg, batch["tokens"][0], compile_it=False)
@@ -537,15 +571,19 @@ def _train_one(r: Report, name: str, B: int, T: int, peak: float | None) -> dict
            **s, "jaxwebrl_tokens_s": tokens / s["jaxwebrl_step_s"], "torch_tokens_s": tokens / s["torch_step_s"]}
     del sides, ours, t_step
     _free()
-    row["full_step_s"] = _ours_full_step(cfg, batch, 2 if GPU else 1)
     if peak:
         row["jaxwebrl_mfu"] = fpt * row["jaxwebrl_tokens_s"] / peak
         row["torch_mfu"] = fpt * row["torch_tokens_s"] / peak
-        row["full_step_mfu"] = fpt * tokens / row["full_step_s"] / peak
+    r.say(f"  {name}: fwd+bwd ours {row['jaxwebrl_tokens_s']:.0f} tok/s, torch {row['torch_tokens_s']:.0f} tok/s, "
+          f"ratio {s['ratio']:.2f}x")
+    if r.left() > 90:  # our whole step (AdamW) is one more compile
+        row["full_step_s"] = _ours_full_step(cfg, batch, 2 if GPU else 1)
+        if peak:
+            row["full_step_mfu"] = fpt * tokens / row["full_step_s"] / peak
     row["memory_gib"] = jax_memory() if GPU else {}
     _free()
-    mfu = (f"; MFU ours {row['jaxwebrl_mfu']:.1%}, torch {row['torch_mfu']:.1%}, ours full step {row['full_step_mfu']:.1%}"
-           if peak else "")
+    mfu = (f"; MFU ours {row['jaxwebrl_mfu']:.1%}, torch {row['torch_mfu']:.1%}" if peak else "") + (
+        f", ours full step {row['full_step_mfu']:.1%}" if "full_step_mfu" in row else "")
     r.say(f"  {name} {B}x{T}: fwd+bwd ours {row['jaxwebrl_tokens_s']:.0f} tok/s, torch {row['torch_tokens_s']:.0f} "
           f"tok/s, ratio {s['ratio']:.2f}x (rounds {s['ratio_min']:.2f}-{s['ratio_max']:.2f}){mfu}; "
           f"losses {losses['jaxwebrl']:.3f} / {losses['torch']:.3f}")
