@@ -381,7 +381,7 @@ def test_unsupported_tensor_type_is_refused(tiny_tokenizer, tmp_path):
     ("llama.logit_scale", 0.5, r"GGUF metadata llama\.logit_scale=0\.5 is not supported"),
     ("llama.attention.sliding_window", 64, r"GGUF metadata llama\.attention\.sliding_window=64 is not supported"),
     ("llama.expert_count", 8, r"llama\.expert_count=8 \(mixture of experts\) is not supported"),
-])
+], ids=["logit_scale", "sliding_window", "expert_count"])
 def test_metadata_that_changes_the_computation_is_refused(key, value, message, tiny_tokenizer, tmp_path):
     model = _hf_model("llama", len(tiny_tokenizer))
     path = tmp_path / "m.gguf"
@@ -417,9 +417,9 @@ CHATS = [
     [{"role": "system", "content": "You are a web agent. Reply with one action."},
      {"role": "user", "content": "Page: [12] button 'Submit', [13] textbox 'Name'. Task: type Ada into the name box."}],
 ]
-# Measured 2026-11-27 (fp32, 2-core CPU): max |logit diff| to transformers' own GGUF load 1.1e-4 over 2 x ~50
-# positions of 30 layers (logits up to ~30); test_models_hf bounds 3-layer models at 1e-4. 3e-4 keeps ~3x
-# headroom; an import error (a permuted head, a wrong dequantization) moves logits by O(1).
+# Measured 2026-11-27 (fp32, 2-core CPU): max |logit diff| to transformers' own GGUF load 1.14e-4 over the 97
+# positions of the two chat prompts, through 30 layers (test_models_hf bounds 3-layer models at 1e-4). 3e-4
+# keeps ~3x headroom; an import error (a permuted head, a wrong dequantization) moves logits by O(1).
 SMOLLM2_TOL = 3e-4
 
 

@@ -57,7 +57,7 @@ _READ_KEYS = frozenset({
     "rope.scaling.finetuned",  # bookkeeping: whether the model was fine-tuned at the scaled length
     "expert_count", "expert_used_count",  # older converters write 0 for dense models; nonzero is refused
 })
-_FIX = "convert the original HuggingFace checkpoint instead, or re-export the GGUF without it"
+_FIX = "convert the model from its original HuggingFace checkpoint instead"
 
 
 def _open_reader(path: Path) -> gguf.GGUFReader:
