@@ -1,4 +1,4 @@
-"""Flax decoder family (Llama 3.x, Qwen2/2.5, Qwen3), HuggingFace load/export and tokenizers."""
+"""Flax decoder family (Llama 3.x, Qwen2/2.5, Qwen3), HuggingFace load/export, GGUF import and tokenizers."""
 
 from jaxwebrl.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
 from jaxwebrl.models.decoder import (
@@ -16,12 +16,13 @@ from jaxwebrl.models.decoder import (
     positions_from_mask,
 )
 from jaxwebrl.models.hf_io import CheckpointError, export_hf, load_hf, read_hf_config
+from jaxwebrl.models.gguf_io import convert_gguf, load_gguf
 from jaxwebrl.models.logprobs import token_logprobs
 from jaxwebrl.models.tokenizer import load_tokenizer, train_tokenizer
 
 __all__ = [
     "SUPPORTED_ARCHITECTURES", "ModelConfig", "UnsupportedModelError", "Decoder", "KVCache", "Params",
     "abstract_params", "forward", "hidden_states", "init_cache", "init_layer_cache", "init_params", "lm_head", "logical_axes",
-    "positions_from_mask", "CheckpointError", "export_hf", "load_hf", "read_hf_config", "token_logprobs",
+    "positions_from_mask", "CheckpointError", "export_hf", "load_hf", "read_hf_config", "convert_gguf", "load_gguf", "token_logprobs",
     "load_tokenizer", "train_tokenizer",
 ]

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -194,7 +194,32 @@ def load_hf(
     """
     path = Path(path)
     cfg = ModelConfig.from_hf(read_hf_config(path), **config_overrides)
-    files = TensorFiles(path)
+    return cfg, load_params(cfg, TensorFiles(path), path, mesh, rules)
+
+
+class TensorSource(Protocol):
+    """Where `load_params` reads HF-named tensors from: safetensors files (`TensorFiles`) or a GGUF file
+    (`models.gguf_io`). `where` maps each stored HF tensor name to its location."""
+
+    where: dict[str, Any]
+
+    def shape(self, name: str) -> tuple[int, ...]: ...
+
+    def read(self, name: str) -> np.ndarray: ...
+
+
+def load_params(
+    cfg: ModelConfig,
+    files: TensorSource,
+    origin: str | os.PathLike[str],
+    mesh: Mesh | None = None,
+    rules: dict[str, Any] = RULES,
+    described_by: str = "config.json",
+) -> Params:
+    """The params of `cfg` read from HF-named tensors, each placed with its logical-axis sharding on `mesh`
+    (the default device without one). Missing, extra or mis-shaped tensors raise a CheckpointError naming
+    the tensor, `origin` (the checkpoint's path) and `described_by` (where `cfg` came from)."""
+    path = origin
     layout = hf_layout(cfg)
     expected = set(hf_tensor_names(cfg))
     if cfg.tie_word_embeddings:
@@ -204,7 +229,7 @@ def load_hf(
         raise CheckpointError(f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''} for {cfg.architecture} config")
     extra = sorted(n for n in set(files.where) - expected if not n.endswith("rotary_emb.inv_freq"))
     if extra:
-        raise CheckpointError(f"{path}: unexpected tensor(s) {extra[:5]} not used by a {cfg.architecture} config; check config.json")
+        raise CheckpointError(f"{path}: unexpected tensor(s) {extra[:5]} not used by a {cfg.architecture} config; check {described_by}")
 
     specs = flat_params(param_specs(cfg))
     axes = flat_params(logical_axes(cfg))
@@ -219,7 +244,7 @@ def load_hf(
             got = files.shape(n)
             want = to_hf_shape(per_shape, ours, cfg)
             if got != want:
-                raise CheckpointError(f"{path}: tensor {n!r} has shape {list(got)}, expected {list(want)} from config.json")
+                raise CheckpointError(f"{path}: tensor {n!r} has shape {list(got)}, expected {list(want)} from {described_by}")
         sharding = (
             NamedSharding(mesh, logical_to_spec(axes[ours], rules)) if mesh is not None
             else jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -227,7 +252,7 @@ def load_hf(
         if mesh is not None:
             check_divisible(ours, spec.shape, sharding.spec, mesh)
         out[ours] = load_one(files, names, to_ours, is_layer, spec.shape, dtype, sharding)
-    return cfg, unflat_params(out)
+    return unflat_params(out)
 
 
 def to_hf_shape(ours_shape: tuple[int, ...], ours: str, cfg: ModelConfig) -> tuple[int, ...]:
@@ -237,7 +262,7 @@ def to_hf_shape(ours_shape: tuple[int, ...], ours: str, cfg: ModelConfig) -> tup
 
 
 def load_one(
-    files: TensorFiles,
+    files: TensorSource,
     names: list[str],
     to_ours: Callable[[np.ndarray], np.ndarray],
     is_layer: bool,
@@ -320,6 +345,20 @@ def write_safetensors(out: Path, tensors: Iterator[tuple[str, np.ndarray]], max_
     return True
 
 
+def write_config_files(cfg: ModelConfig, out: Path, dtype: str, generation_config: dict[str, Any] | None = None) -> None:
+    """config.json (weights stored as `dtype`) and generation_config.json (greedy by default, the config's
+    token ids, then `generation_config` on top)."""
+    hf_cfg = cfg.to_hf()
+    hf_cfg["torch_dtype"] = hf_cfg["dtype"] = dtype
+    (out / "config.json").write_text(json.dumps(hf_cfg, indent=2))
+    gen: dict[str, Any] = {"do_sample": False}
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if key in hf_cfg:
+            gen[key] = hf_cfg[key]
+    gen.update(generation_config or {})
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+
+
 def export_hf(
     cfg: ModelConfig,
     params: Params,
@@ -333,15 +372,7 @@ def export_hf(
     out = Path(out_dir)
     if not write_safetensors(out, iter_hf_tensors(cfg, params, dtype), max_shard_bytes):
         return out
-    hf_cfg = cfg.to_hf()
-    hf_cfg["torch_dtype"] = hf_cfg["dtype"] = dtype or cfg.param_dtype
-    (out / "config.json").write_text(json.dumps(hf_cfg, indent=2))
-    gen = {"do_sample": False}
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        if key in hf_cfg:
-            gen[key] = hf_cfg[key]
-    gen.update(generation_config or {})
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    write_config_files(cfg, out, dtype or cfg.param_dtype, generation_config)
     if tokenizer_dir is not None and Path(tokenizer_dir).resolve() != out.resolve():
         for fname in TOKENIZER_FILES:
             src = Path(tokenizer_dir) / fname
