@@ -16,20 +16,23 @@ At most `capacity` envs exist at once (`new_env` waits for a free slot). Each `r
 parked (at most `max_idle_contexts`) and the next reset for the same origins and EnvConfig navigates the
 parked tab again, which costs a page load (~0.08 s) instead of a new context (~0.36 s). Browsers are
 launched locally (`executable_path`, one process each) or, when `remote_endpoints` are given, connected to
-`playwright run-server --unsafe` endpoints (a browser fleet on CPU hosts). When a browser disconnects
+`python -m jaxwebrl.browser.serve` servers (a browser fleet on CPU hosts; fleet.py: the secret, the
+connection, the flag check, errors with fixes). When a browser disconnects
 (crash, kill, a remote server or its host gone) its running envs are marked so their episode ends with
 `env_error` (masked: not the policy's failure), new contexts go to the live browsers, and the lost one is
 relaunched or reconnected in the background with exponential backoff (`reconnect_backoff_s` doubling up to
 `reconnect_backoff_max_s`) until it is back and takes contexts again; a step that times out triggers a
 health probe that kills and relaunches a hung browser. At start every endpoint must answer: one refusing
 it stops the pool with a `RemoteEndpointError` naming `config.env.remote_endpoints`, the url and the fix
-(a fleet that starts short would look like a slow run). A remote server must honour the launch options
-(Chromium path, egress flags): the pool reads the browser's command line back and refuses one that does not.
+(a fleet that starts short would look like a slow run). A remote server launches its own Chromium with the
+safety flags for this pool's gateway; the pool reads the browser's command line back and refuses one
+without them.
 
 Egress: the pool starts an `EgressGateway` (egress.py) with one loopback proxy port per context it can hold;
 every context is created with its own port as proxy, carrying that episode's allowlist, and every browser
 (local or remote) is launched with host-resolver rules under which only those ports resolve, plus WebRTC
-disabled. Remote browsers dial the gateway at `egress_host`. So the
+disabled. Remote browsers dial the gateway at `egress_host`, and then every proxy request must carry this
+run's random credentials (Playwright answers the proxy's challenge). So the
 allowlists are per context while the browser is launched once per pool, and nothing outside an episode's
 allowlist is reachable from any page, frame, worker or redirect.
 """
@@ -38,10 +41,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.metadata
-import json
 import logging
 import os
+import secrets
 import signal
 import time
 import uuid
@@ -51,53 +53,18 @@ from typing import Any, AsyncContextManager, AsyncIterator, Callable
 
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
-from jaxwebrl.browser.config import EnvConfig, PoolConfig
-from jaxwebrl.browser.egress import WEBRTC_ARGS, EgressGateway
+from jaxwebrl.browser import fleet
+from jaxwebrl.browser.config import EnvConfig, PoolConfig, is_loopback
+from jaxwebrl.browser.egress import NO_EXTENSIONS_FLAG, WEBRTC_ARGS, EgressGateway, safety_args
 from jaxwebrl.browser.env import BrowserEnv
+from jaxwebrl.browser.fleet import REMOTE_FIELD, RemoteEndpointError, explain_endpoint_error
 from jaxwebrl.browser.observation import Observation
 from jaxwebrl.browser.safety import Allowlist
 from jaxwebrl.browser.session import BrowserSession
 from jaxwebrl.browser.task import Task
 
 log = logging.getLogger(__name__)
-REMOTE_FIELD = "config.env.remote_endpoints"
-# read back from a remote browser's command line: proof that the server applied our launch options
-AUTOMATION_FLAG = "--enable-automation"
-
-
-class RemoteEndpointError(ConnectionError):
-    """A remote browser server cannot serve this pool (refused, unreachable, ignores launch options)."""
-
-
-def _server_command(url: str) -> str:
-    port = (url.split("://", 1)[-1].split("/", 1)[0].rpartition(":")[2]) or "PORT"
-    try:
-        version = importlib.metadata.version("playwright")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
-        version = "this client's"
-    return (f"`python -m playwright run-server --port {port} --host 0.0.0.0 --unsafe` with playwright=={version} "
-            "(the client's version)")
-
-
-def explain_endpoint_error(url: str, exc: BaseException) -> str:
-    """One line: what went wrong with remote endpoint `url` and the fix."""
-    text = str(exc)
-    if "ECONNREFUSED" in text or isinstance(exc, ConnectionRefusedError):
-        why = "refused the connection (no browser server listens there)"
-    elif "Executable doesn't exist" in text:
-        why = ("launched a Chromium that is not installed there: a server started without --unsafe drops the "
-               "Chromium path this pool sends (env.remote_chromium), or that path is missing on that host")
-    elif "--enable-automation not set" in text or "ignores launch options" in text:
-        why = ("ignores this pool's launch options (started without --unsafe): its browsers would lack the egress "
-               "lock (--host-resolver-rules) and the WebRTC flags")
-    elif "version mismatch" in text:
-        versions = [ln.strip(" ║-") for ln in text.splitlines() if "version: v" in ln]
-        why = f"runs another Playwright version ({', '.join(versions) or 'version mismatch'})"
-    elif isinstance(exc, asyncio.TimeoutError) or "Timeout" in text:
-        why = "did not answer in time (host down or firewalled?)"
-    else:
-        why = f"failed: {type(exc).__name__}: {text.strip().splitlines()[0][:300] if text.strip() else ''}"
-    return f"{url} {why}; fix: start {_server_command(url)} on that host, or remove it from {REMOTE_FIELD}"
+__all__ = ["BrowserPool", "PoolLease", "RemoteEndpointError", "explain_endpoint_error", "REMOTE_FIELD"]
 
 
 @dataclass(eq=False)
@@ -205,8 +172,16 @@ class BrowserPool:
         self._idle_limit = self.config.capacity if idle is None else idle
         self._closing = False
         self.crashes = 0
-        # one proxy port per context the pool may hold: live envs plus parked contexts
-        self.gateway = EgressGateway(self.config.capacity + self._idle_limit, host=self.config.egress_host)
+        self._reported: dict[str, int] = {}  # counters at the last take_metrics()
+        remote = bool(self.config.remote_endpoints)
+        if remote:  # fail now, naming the setting, rather than at the first connection
+            fleet.read_token(self.config.remote_token_file, fleet.TOKEN_FIELD)
+        # one proxy port per context the pool may hold: live envs plus parked contexts; a gateway other hosts can
+        # reach serves only requests with this run's credentials
+        credentials = (("jaxwebrl", secrets.token_urlsafe(24))
+                       if remote or not is_loopback(self.config.egress_host) else None)
+        self.gateway = EgressGateway(self.config.capacity + self._idle_limit, host=self.config.egress_host,
+                                     credentials=credentials)
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> "BrowserPool":
@@ -252,11 +227,9 @@ class BrowserPool:
         await self.gateway.close()
 
     def launch_args(self) -> list[str]:
-        """Chromium flags: the configured ones, the egress lock (only the gateway's ports resolve), no
-        WebRTC over UDP, and `--enable-automation` (lets the pool read a remote browser's command line back;
-        navigator.webdriver is true under Playwright either way)."""
-        return [*self.config.args, f"--host-resolver-rules={self.gateway.resolver_rules()}", *WEBRTC_ARGS,
-                AUTOMATION_FLAG]
+        """A local browser's flags: the configured ones plus the safety flags (egress.safety_args). A fleet
+        server builds the same safety flags from this pool's gateway address itself."""
+        return safety_args(self.config.args, self.gateway.resolver_rules())
 
     async def _launch(self, slot: _Slot) -> None:
         """Start (local, `relaunch_attempts` tries) or connect (remote, one try) the slot's browser."""
@@ -290,39 +263,17 @@ class BrowserPool:
         slot.ready.set()
 
     async def _connect(self, slot: _Slot) -> Browser:
-        """Connect to the slot's `playwright run-server`, which launches a Chromium with this pool's options;
-        check that it applied them. Raises `RemoteEndpointError` (the url, what failed, the fix)."""
+        """Connect to the slot's browser server with the fleet's secret (read now: a rotated file takes effect
+        on the next connection) and check its browser's flags. Raises `RemoteEndpointError` with the fix."""
         assert self._pw is not None and slot.endpoint
-        cfg = self.config
-        opts = {"executablePath": cfg.remote_executable_path, "args": self.launch_args(), "headless": cfg.headless,
-                "timeout": cfg.launch_timeout_s * 1000}
-        browser: Browser | None = None
         try:
-            browser = await asyncio.wait_for(self._pw.chromium.connect(
-                slot.endpoint, timeout=cfg.launch_timeout_s * 1000,
-                headers={"x-playwright-launch-options": json.dumps({k: v for k, v in opts.items() if v is not None})},
-            ), cfg.launch_timeout_s + 5)
-            await self._check_launch_options(browser)
-            return browser
-        except Exception as exc:
-            if browser is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(browser.close(), 5)
-            slot.last_error = explain_endpoint_error(slot.endpoint, exc)
+            token = fleet.read_token(self.config.remote_token_file, fleet.TOKEN_FIELD)
+            required = [f"--host-resolver-rules={self.gateway.resolver_rules()}", *WEBRTC_ARGS, NO_EXTENSIONS_FLAG]
+            return await fleet.connect(self._pw, slot.endpoint, token, self.gateway.host,
+                                       [p.port for p in self.gateway.ports], required, self.config.launch_timeout_s)
+        except (RemoteEndpointError, fleet.TokenError) as exc:
+            slot.last_error = str(exc)
             raise RemoteEndpointError(slot.last_error) from exc
-
-    async def _check_launch_options(self, browser: Browser) -> None:
-        """A server started without --unsafe drops `args` silently; the command line shows whether the egress
-        lock is in place (Chromium returns it only when our --enable-automation arrived)."""
-        cdp = await browser.new_browser_cdp_session()
-        try:
-            line = await asyncio.wait_for(cdp.send("Browser.getBrowserCommandLine"), self.config.launch_timeout_s)
-        finally:
-            with contextlib.suppress(Exception):
-                await cdp.detach()
-        rules = f"--host-resolver-rules={self.gateway.resolver_rules()}"
-        if rules not in line.get("arguments", []):
-            raise RuntimeError("the browser server ignores launch options: the egress lock is missing")
 
     def _on_disconnect(self, slot: _Slot, browser: Browser) -> None:
         if browser is not slot.browser:
@@ -436,7 +387,7 @@ class BrowserPool:
                 ctx = await asyncio.wait_for(
                     browser.new_context(viewport={"width": vw, "height": vh}, accept_downloads=False,
                                         device_scale_factor=config.device_scale_factor,
-                                        service_workers="block", proxy={"server": self.gateway.proxy_url(port)}),
+                                        service_workers="block", proxy=self.gateway.proxy_settings(port)),
                     self.config.launch_timeout_s,
                 )
             except Exception:
@@ -548,6 +499,17 @@ class BrowserPool:
         return {"contexts": contexts, "pages": pages, "envs": len(self._leases), "parked": len(self._parked),
                 "crashes": self.crashes,
                 "launches": sum(s.launches for s in self.slots)}
+
+    def take_metrics(self) -> dict[str, float]:
+        """What happened at the pool's edges since the last call, for the run's records: requests the egress
+        gateway refused (outside the allowlist; with wrong proxy credentials; without credentials, which each
+        context's first request is when credentials are on), and browsers lost."""
+        g = self.gateway
+        now = {"pool/egress_refused": g.refused, "pool/egress_auth_refused": g.auth_refused,
+               "pool/egress_auth_challenged": g.challenged, "pool/browsers_lost": self.crashes}
+        out = {k: float(v - self._reported.get(k, 0)) for k, v in now.items()}
+        self._reported = now
+        return out
 
     def browsers(self) -> list[dict[str, Any]]:
         """Per browser (local index or remote url): live or not, contexts open now and ever, launches or
