@@ -22,8 +22,9 @@ class FleetServer:
     """One browser server; `start()` returns once it prints its address (port 0: the OS picks one, kept for
     restarts so the pool's endpoint stays valid). Its log (stderr) goes to `log_path`."""
 
-    def __init__(self, token_file: str, log_dir: Path, port: int = 0, name: str = "server") -> None:
-        self.token_file, self.port = token_file, port
+    def __init__(self, token_file: str, log_dir: Path, port: int = 0, name: str = "server",
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.token_file, self.port, self.extra_args = token_file, port, extra_args
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
@@ -32,7 +33,7 @@ class FleetServer:
         log = self.log_path.open("a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jaxwebrl.browser.serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--token-file", self.token_file], stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+             "--token-file", self.token_file, *self.extra_args], stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
         log.close()
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # the server's first line: its address (or EOF if it died)

@@ -191,6 +191,43 @@ def test_the_secret_must_be_private_and_strong(tmp_path, monkeypatch):
     assert proc.returncode == 2 and "can be read by other users" in proc.stderr, (proc.returncode, proc.stderr[-2000:])
 
 
+def test_rotating_the_secret_needs_no_restart_and_the_server_caps_its_browsers(tmp_path):
+    """Server and pool read the token file per connection: after a rotation the pool's next connection (here
+    after its browser is dropped) uses the new secret, the old one is refused. `--max-browsers 1`: a second
+    browser is refused with 503 while the first lives."""
+    shared = token_file(tmp_path)  # one file for both sides: the same path on every host after the copy
+    server = FleetServer(shared, tmp_path, extra_args=("--max-browsers", "1")).start()
+    try:
+        async def go():
+            old = read_token(shared, "test")
+            cfg = PoolConfig(remote_endpoints=(server.url,), remote_token_file=shared, contexts_per_browser=1,
+                             reconnect_backoff_s=0.2, reconnect_backoff_max_s=0.5)
+            async with BrowserPool(cfg) as pool:
+                async with async_playwright() as p:
+                    with pytest.raises(Exception) as full:  # the pool holds the one browser allowed
+                        await p.chromium.connect(server.url, timeout=30_000, headers={
+                            "Authorization": f"Bearer {old}", EGRESS_HEADER: json.dumps(EGRESS)})
+                token_file(tmp_path)  # rotate: a new secret replaces the file
+                new = read_token(shared, "test")
+                await pool.kill_browser(0)  # drop the connection; the pool reconnects with the file's new secret
+                await pool.wait_ready(60)
+                async with async_playwright() as p:  # the token is checked first: 401, not 503
+                    with pytest.raises(Exception) as stale:
+                        await p.chromium.connect(server.url, timeout=30_000, headers={
+                            "Authorization": f"Bearer {old}", EGRESS_HEADER: json.dumps(EGRESS)})
+                await pool.wait_ready(60)
+                return old != new, str(full.value), str(stale.value), pool.browsers()[0]
+
+        rotated, full, stale, browser = asyncio.run(go())
+    finally:
+        server.stop()
+    assert rotated and "503 Service Unavailable" in full and "maximum of 1 browsers" in full, full
+    assert "401 Unauthorized" in stale, stale
+    assert browser["live"] and browser["launches"] == 2 and browser["losses"] == 1, browser
+    log = server.log()
+    assert log.count("serving 127.0.0.1:") == 2 and "refused 127.0.0.1:" in log and "wrong token" in log, log
+
+
 class Upstream:
     """A TCP server that records every connection it gets (the gateway's would-be upstream)."""
 
