@@ -187,7 +187,7 @@ def test_the_secret_must_be_private_and_strong(tmp_path, monkeypatch):
     assert read_token(None, "x") == "y" * 40
     # the server refuses to start on a file others can read, and says why
     proc = subprocess.run([sys.executable, "-m", "jaxwebrl.browser.serve", "--port", "0", "--token-file", str(loose)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, start_new_session=True)
     assert proc.returncode == 2 and "can be read by other users" in proc.stderr, (proc.returncode, proc.stderr[-2000:])
 
 
