@@ -87,6 +87,9 @@ def test_one_mgrpo_iteration_updates_policy_and_engine(quick_run):
     assert m["rollout/episodes"] >= int(cfg.rollout.group_size) * int(cfg.rollout.groups_per_iteration)
     assert m["train/samples_used"] > 0 and math.isfinite(m["train/loss"])
     assert m["policy_version"] >= 1  # the engine now serves the updated weights, stamped with the new version
+    # the pool's edges are in the record: local browsers, no proxy credentials asked, none refused, none lost
+    assert (m["pool/egress_auth_challenged"], m["pool/egress_auth_refused"], m["pool/browsers_lost"]) == (0.0, 0.0, 0.0)
+    assert m["pool/egress_refused"] >= 0.0
     bc = load_file(str(work / "bc" / "hf" / "model.safetensors"))
     rl = load_file(str(work / "rl" / "hf" / "model.safetensors"))
     changed = [k for k in bc if not np.array_equal(bc[k], rl[k])]

@@ -6,7 +6,8 @@ The public surface the agent loop uses:
   `await pool.new_env(cfg)` (the same lease, released by `env.close()`) or
   `async with pool.episode(task, seed, cfg) as (env, obs)`; `pool.stats()`, `pool.kill_browser(i)`.
   The env reaches the pool only through the `SessionLease` protocol (lease.py); egress.py is the network
-  gate (per-context allowlisting proxy ports, host-resolver lock, no WebRTC).
+  gate (per-context allowlisting proxy ports, host-resolver lock, no WebRTC); browsers.py keeps the pool's
+  browsers alive, local or remote (fleet.py: the client of `python -m jaxwebrl.browser.serve`, serve.py).
 - `BrowserEnv` (env.py): `await env.reset(task, seed) -> Observation`, `await env.step(text) -> StepResult`,
   `await env.evaluate() -> EvalResult`, `env.termination_reason`, `await env.close()`.
 - `Observation` (observation.py): `goal`, `text` (a11y tree and/or simplified HTML, budgeted), `axtree`,

@@ -37,9 +37,6 @@ def find_chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-REMOTE_CHROMIUM_BUNDLED = "playwright"  # env.remote_chromium: the server's own `playwright install` build
-
-
 def is_loopback(host: str) -> bool:
     """Whether `host` (a name or an IP literal) is this machine's loopback."""
     if host == "localhost":
@@ -58,14 +55,16 @@ def endpoint_host(url: str) -> str:
 class PoolConfig:
     """How many browsers, how many contexts each, and where they come from.
 
-    `remote_endpoints` (ws:// urls of `playwright run-server --unsafe`) replace local launches when non-empty:
-    one connection per endpoint, contexts spread over the live ones (least loaded first); `capacity` is
-    `contexts_per_browser` per endpoint. A lost browser (crash, or a remote server gone) is reconnected or
-    relaunched in the background, waiting `reconnect_backoff_s` after the first failed try, doubling up to
-    `reconnect_backoff_max_s`. `remote_executable_path` is the Chromium the servers launch (None: the
-    server's own Playwright build). `egress_host` is the address the egress gateway binds and the browsers
-    dial (a remote browser must reach it). `max_idle_contexts` bounds the finished contexts kept for reuse by
-    tasks that allow it (None: `capacity`; 0: never reuse).
+    `remote_endpoints` (ws:// urls of `python -m jaxwebrl.browser.serve` servers) replace local launches when
+    non-empty: one connection per endpoint, contexts spread over the live ones (least loaded first);
+    `capacity` is `contexts_per_browser` per endpoint. The servers admit a pool that presents their secret,
+    read from `remote_token_file` (or $JAXWEBRL_BROWSER_TOKEN when empty), and launch Chromium themselves
+    (their binary, the safety flags; `executable_path` and `args` are for local browsers). A lost browser
+    (crash, or a remote server gone) is reconnected or relaunched in the background, waiting
+    `reconnect_backoff_s` after the first failed try, doubling up to `reconnect_backoff_max_s`.
+    `egress_host` is the address the egress gateway binds and the browsers dial (a remote browser must reach
+    it). `max_idle_contexts` bounds the finished contexts kept for reuse by tasks that allow it (None:
+    `capacity`; 0: never reuse).
     """
 
     num_browsers: int = 1
@@ -74,7 +73,7 @@ class PoolConfig:
     args: tuple[str, ...] = DEFAULT_CHROMIUM_ARGS
     headless: bool = True
     remote_endpoints: tuple[str, ...] = ()
-    remote_executable_path: str | None = field(default_factory=find_chromium)
+    remote_token_file: str = ""
     egress_host: str = "127.0.0.1"
     launch_timeout_s: float = 30.0
     relaunch_attempts: int = 3
@@ -172,7 +171,7 @@ class BrowserConfig:
 
     It builds the two runtime configs (`env_config()` for each episode, `pool_config()` for the pool), so
     the translation from config fields lives in one place. `remote_endpoints` is a comma-separated list of
-    `playwright run-server` websocket urls that replace local launches."""
+    `python -m jaxwebrl.browser.serve` websocket urls that replace local launches."""
 
     action_space: str = "webagent_r1"  # jaxwebrl.browser.actions.ACTION_SPACES
     text_mode: str = "html"  # TEXT_MODES
@@ -193,14 +192,14 @@ class BrowserConfig:
     device_scale_factor: float = 1.0  # device pixels per CSS pixel (OpenWebRL: 1); screenshots scale with it
     num_browsers: int = 1
     contexts_per_browser: int = 8
-    # Remote browser fleet: comma-separated ws:// urls of `playwright run-server --unsafe` servers (replace local
+    # Remote browser fleet: comma-separated ws:// urls of `python -m jaxwebrl.browser.serve` servers (replace local
     # launches; `contexts_per_browser` contexts each). A lost server is retried with exponential backoff
     # (remote_backoff_s doubling up to remote_backoff_max_s); its running episodes end `env_error` (masked).
     remote_endpoints: str = ""
-    # The Chromium the servers launch: "" = the path this host would launch (find_chromium: $JAXWEBRL_CHROMIUM or
-    # chromium on PATH; one image on every host), "playwright" = the server's own `playwright install chromium`,
-    # else a path on the server hosts.
-    remote_chromium: str = ""
+    # The file holding the fleet's secret (the same one each server reads with --token-file; mode 600; read at each
+    # connection, so rotating it needs no restart). "": $JAXWEBRL_BROWSER_TOKEN. Never the secret itself: configs
+    # are saved with the run.
+    remote_token_file: str = ""
     remote_backoff_s: float = 1.0
     remote_backoff_max_s: float = 60.0
     # Where the egress gateway (the allowlisting proxy every context goes through) listens and the browsers dial:
@@ -224,7 +223,7 @@ class BrowserConfig:
         for url in self.endpoints:
             if not url.startswith(("ws://", "wss://")) or not endpoint_host(url):
                 raise FieldError("remote_endpoints", f"{url!r} is not a websocket url",
-                                 "give `playwright run-server` endpoints as ws://host:port/, comma-separated")
+                                 "give `python -m jaxwebrl.browser.serve` endpoints as ws://host:port/, comma-separated")
         if len(set(self.endpoints)) != len(self.endpoints):
             raise FieldError("remote_endpoints", "an endpoint is listed twice", "list each server once")
         positive("remote_backoff_s", self.remote_backoff_s)
@@ -254,9 +253,7 @@ class BrowserConfig:
                          episode_timeout_s=episode_timeout_s, allow_data_urls=self.allow_data_urls)
 
     def pool_config(self) -> PoolConfig:
-        remote_exe = (None if self.remote_chromium == REMOTE_CHROMIUM_BUNDLED
-                      else self.remote_chromium or find_chromium())
         return PoolConfig(num_browsers=self.num_browsers, contexts_per_browser=self.contexts_per_browser,
-                          remote_endpoints=self.endpoints, remote_executable_path=remote_exe,
+                          remote_endpoints=self.endpoints, remote_token_file=self.remote_token_file,
                           egress_host=self.egress_host, reconnect_backoff_s=self.remote_backoff_s,
                           reconnect_backoff_max_s=self.remote_backoff_max_s)

@@ -17,12 +17,21 @@ handlers see only the first url of a redirect chain, worker WebSockets and preco
 
 Plain HTTP requests are forwarded with `Connection: close` so that a browser never reuses one upstream
 connection for a second, unchecked host.
+
+When the browsers are remote (the gateway then listens where other hosts can reach it), the gateway is
+given per-run `credentials`: every proxy request must carry `Proxy-Authorization: Basic` with them, which
+the pool hands to Chromium through Playwright's `proxy={server, username, password}`. A request without
+them gets `407` (Chromium's first request in each context does, then it answers the challenge and caches
+it: `challenged` counts those) and one with wrong ones gets `407` and is counted in `auth_refused`; neither
+reaches an upstream or the allowlist.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hmac
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -31,6 +40,25 @@ from jaxwebrl.browser.safety import Allowlist
 MAX_HEAD_BYTES = 64 * 1024
 _REFUSED = b"Refused by the jaxwebrl egress allowlist."
 _HOP_HEADERS = (b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization")
+_CHALLENGE = (b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"jaxwebrl-egress\"\r\n"
+              b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+WEBRTC_ARGS = ("--webrtc-ip-handling-policy=disable_non_proxied_udp", "--force-webrtc-ip-handling-policy")
+# read back from a remote browser's command line: proof that the server applied the safety flags
+AUTOMATION_FLAG = "--enable-automation"
+NO_EXTENSIONS_FLAG = "--disable-extensions"
+
+
+def resolver_rules(host: str, ports: list[int] | tuple[int, ...]) -> str:
+    """The `--host-resolver-rules` value: `host:port` for each gateway port resolves, nothing else does."""
+    maps = [f"MAP {host}:{p} {host}:{p}" for p in ports]
+    return ", ".join([*maps, "MAP * ~NOTFOUND"])
+
+
+def safety_args(base_args: tuple[str, ...] | list[str], rules: str) -> list[str]:
+    """Every pool browser's flags, local or on a fleet server: `base_args`, the egress lock (`rules`), no WebRTC
+    over UDP, no extensions, and `--enable-automation` (with it Chromium reports its command line, which is
+    how the pool checks a remote browser got these flags; navigator.webdriver is true under Playwright anyway)."""
+    return [*base_args, f"--host-resolver-rules={rules}", *WEBRTC_ARGS, NO_EXTENSIONS_FLAG, AUTOMATION_FLAG]
 
 
 @dataclass
@@ -45,13 +73,18 @@ class EgressGateway:
     """`size` proxy ports on `host` (loopback unless remote browsers must reach them); `acquire(allowlist)`
     gives a context its own. Start with `await start()`."""
 
-    def __init__(self, size: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, size: int, host: str = "127.0.0.1", credentials: tuple[str, str] | None = None) -> None:
         self.size = size
         self.host = host
+        self.credentials = credentials
+        self._expected = (b"Basic " + base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode())
+                          if credentials else None)
         self.ports: list[_Port] = []
         self._free: list[_Port] = []
         self.forwarded = 0
-        self.refused = 0
+        self.refused = 0  # requests outside the allowlist
+        self.challenged = 0  # requests without credentials (each context's first; from anyone else: foreign)
+        self.auth_refused = 0  # requests with wrong credentials (never from this run's browsers)
 
     async def start(self) -> "EgressGateway":
         for _ in range(self.size):
@@ -73,12 +106,17 @@ class EgressGateway:
 
     def resolver_rules(self) -> str:
         """The `--host-resolver-rules` value: the gateway's ports resolve, nothing else does."""
-        maps = [f"MAP {self.host}:{p.port} {self.host}:{p.port}" for p in self.ports]
-        return ", ".join([*maps, "MAP * ~NOTFOUND"])
+        return resolver_rules(self.host, [p.port for p in self.ports])
 
     def proxy_url(self, port: int) -> str:
-        """The proxy a context with gateway port `port` is created with."""
         return f"http://{self.host}:{port}"
+
+    def proxy_settings(self, port: int) -> dict[str, str]:
+        """Playwright's `proxy=` for a context with gateway port `port` (with this run's credentials if any)."""
+        settings = {"server": self.proxy_url(port)}
+        if self.credentials:
+            settings.update(username=self.credentials[0], password=self.credentials[1])
+        return settings
 
     def acquire(self, allowlist: Allowlist) -> int:
         """A free port that from now on forwards exactly what `allowlist` allows."""
@@ -104,12 +142,29 @@ class EgressGateway:
         return next((p.refused for p in self.ports if p.port == port), [])
 
     # ---- one proxied connection -------------------------------------------------------------------
+    def _authorized(self, headers: bytes) -> bool:
+        """Whether the request carries this run's credentials; counts the ones that do not."""
+        assert self._expected is not None
+        given = [h.split(b":", 1)[1].strip() for h in headers.split(b"\r\n")
+                 if h.split(b":", 1)[0].strip().lower() == b"proxy-authorization"]
+        if not given:
+            self.challenged += 1
+            return False
+        if len(given) == 1 and hmac.compare_digest(given[0], self._expected):
+            return True
+        self.auth_refused += 1
+        return False
+
     async def _serve(self, port: _Port, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream: asyncio.StreamWriter | None = None
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
             line, _, rest = head.partition(b"\r\n")
             method, target, _version = line.decode("latin-1").split(" ", 2)
+            if self._expected is not None and not self._authorized(rest):
+                writer.write(_CHALLENGE)
+                await writer.drain()
+                return
             if method == "CONNECT":
                 host, _, p = target.rpartition(":")
                 host = host.strip("[]")
@@ -139,7 +194,7 @@ class EgressGateway:
                 upstream.write(f"{method} {path} HTTP/1.1\r\n".encode("latin-1") + b"\r\n".join(headers)
                                + b"\r\nConnection: close\r\n\r\n")
             self.forwarded += 1
-            await asyncio.gather(_pipe(reader, upstream), _pipe(up_r, writer))
+            await asyncio.gather(pipe_stream(reader, upstream), pipe_stream(up_r, writer))
         except Exception:  # a malformed request, a refused upstream, a closed browser: drop the connection
             with contextlib.suppress(Exception):
                 writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
@@ -150,7 +205,8 @@ class EgressGateway:
                         w.close()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy `reader` to `writer` until either end closes; then close `writer`."""
     try:
         while data := await reader.read(65536):
             writer.write(data)
@@ -161,5 +217,3 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         with contextlib.suppress(Exception):
             writer.close()
 
-
-WEBRTC_ARGS = ("--webrtc-ip-handling-policy=disable_non_proxied_udp", "--force-webrtc-ip-handling-policy")

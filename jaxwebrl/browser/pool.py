@@ -14,22 +14,21 @@ At most `capacity` envs exist at once (`new_env` waits for a free slot). Each `r
 (own cookies and storage) in the live browser with the fewest contexts, except for tasks that declare
 `reuse_context = True` (MiniWoB++: static pages with no cookies or storage): their finished contexts are
 parked (at most `max_idle_contexts`) and the next reset for the same origins and EnvConfig navigates the
-parked tab again, which costs a page load (~0.08 s) instead of a new context (~0.36 s). Browsers are
-launched locally (`executable_path`, one process each) or, when `remote_endpoints` are given, connected to
-`playwright run-server --unsafe` endpoints (a browser fleet on CPU hosts). When a browser disconnects
-(crash, kill, a remote server or its host gone) its running envs are marked so their episode ends with
-`env_error` (masked: not the policy's failure), new contexts go to the live browsers, and the lost one is
-relaunched or reconnected in the background with exponential backoff (`reconnect_backoff_s` doubling up to
-`reconnect_backoff_max_s`) until it is back and takes contexts again; a step that times out triggers a
-health probe that kills and relaunches a hung browser. At start every endpoint must answer: one refusing
-it stops the pool with a `RemoteEndpointError` naming `config.env.remote_endpoints`, the url and the fix
-(a fleet that starts short would look like a slow run). A remote server must honour the launch options
-(Chromium path, egress flags): the pool reads the browser's command line back and refuses one that does not.
+parked tab again, which costs a page load (~0.08 s) instead of a new context (~0.36 s).
+
+The browsers themselves live in browsers.py: launched locally (`executable_path`, one process each) or, when
+`remote_endpoints` are given, connected to `python -m jaxwebrl.browser.serve` servers (a browser fleet on
+CPU hosts; fleet.py: the secret, the connection, the check of the remote browser's flags, errors with
+fixes), relaunched or reconnected with backoff when lost. When a browser disconnects its running envs are
+marked here so their episode ends with `env_error` (masked: not the policy's failure), its parked contexts
+are dropped, and new contexts go to the live browsers; a step that times out triggers a health probe that
+kills and relaunches a hung browser.
 
 Egress: the pool starts an `EgressGateway` (egress.py) with one loopback proxy port per context it can hold;
 every context is created with its own port as proxy, carrying that episode's allowlist, and every browser
 (local or remote) is launched with host-resolver rules under which only those ports resolve, plus WebRTC
-disabled. Remote browsers dial the gateway at `egress_host`. So the
+disabled. Remote browsers dial the gateway at `egress_host`, and then every proxy request must carry this
+run's random credentials (Playwright answers the proxy's challenge). So the
 allowlists are per context while the browser is launched once per pool, and nothing outside an episode's
 allowlist is reachable from any page, frame, worker or redirect.
 """
@@ -38,92 +37,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.metadata
-import json
-import logging
-import os
-import signal
-import time
-import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
+import secrets
+from dataclasses import dataclass
 from typing import Any, AsyncContextManager, AsyncIterator, Callable
 
-from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
+from playwright.async_api import BrowserContext
 
-from jaxwebrl.browser.config import EnvConfig, PoolConfig
-from jaxwebrl.browser.egress import WEBRTC_ARGS, EgressGateway
+from jaxwebrl.browser import fleet
+from jaxwebrl.browser.browsers import Browsers, BrowserSlot
+from jaxwebrl.browser.config import EnvConfig, PoolConfig, is_loopback
+from jaxwebrl.browser.egress import EgressGateway
 from jaxwebrl.browser.env import BrowserEnv
+from jaxwebrl.browser.fleet import REMOTE_FIELD, RemoteEndpointError, explain_endpoint_error
 from jaxwebrl.browser.observation import Observation
 from jaxwebrl.browser.safety import Allowlist
 from jaxwebrl.browser.session import BrowserSession
 from jaxwebrl.browser.task import Task
 
-log = logging.getLogger(__name__)
-REMOTE_FIELD = "config.env.remote_endpoints"
-# read back from a remote browser's command line: proof that the server applied our launch options
-AUTOMATION_FLAG = "--enable-automation"
-
-
-class RemoteEndpointError(ConnectionError):
-    """A remote browser server cannot serve this pool (refused, unreachable, ignores launch options)."""
-
-
-def _server_command(url: str) -> str:
-    port = (url.split("://", 1)[-1].split("/", 1)[0].rpartition(":")[2]) or "PORT"
-    try:
-        version = importlib.metadata.version("playwright")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
-        version = "this client's"
-    return (f"`python -m playwright run-server --port {port} --host 0.0.0.0 --unsafe` with playwright=={version} "
-            "(the client's version)")
-
-
-def explain_endpoint_error(url: str, exc: BaseException) -> str:
-    """One line: what went wrong with remote endpoint `url` and the fix."""
-    text = str(exc)
-    if "ECONNREFUSED" in text or isinstance(exc, ConnectionRefusedError):
-        why = "refused the connection (no browser server listens there)"
-    elif "Executable doesn't exist" in text:
-        why = ("launched a Chromium that is not installed there: a server started without --unsafe drops the "
-               "Chromium path this pool sends (env.remote_chromium), or that path is missing on that host")
-    elif "--enable-automation not set" in text or "ignores launch options" in text:
-        why = ("ignores this pool's launch options (started without --unsafe): its browsers would lack the egress "
-               "lock (--host-resolver-rules) and the WebRTC flags")
-    elif "version mismatch" in text:
-        versions = [ln.strip(" ║-") for ln in text.splitlines() if "version: v" in ln]
-        why = f"runs another Playwright version ({', '.join(versions) or 'version mismatch'})"
-    elif isinstance(exc, asyncio.TimeoutError) or "Timeout" in text:
-        why = "did not answer in time (host down or firewalled?)"
-    else:
-        why = f"failed: {type(exc).__name__}: {text.strip().splitlines()[0][:300] if text.strip() else ''}"
-    return f"{url} {why}; fix: start {_server_command(url)} on that host, or remove it from {REMOTE_FIELD}"
-
-
-@dataclass(eq=False)
-class _Slot:
-    """One browser process (or remote connection) and the contexts/envs living in it."""
-
-    index: int
-    marker: str
-    endpoint: str | None = None
-    browser: Browser | None = None
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    contexts: set[BrowserContext] = field(default_factory=set)
-    envs: set[BrowserEnv] = field(default_factory=set)  # envs whose session lives in this browser
-    launches: int = 0  # successful launches / connections
-    losses: int = 0  # disconnects while the pool ran (crash, kill, remote server gone)
-    opened: int = 0  # contexts created in this slot, ever
-    last_error: str = ""  # why the last launch / connection attempt failed
-    relaunching: bool = False
-    opening: int = 0  # contexts being created right now: counted so concurrent resets spread over browsers
+__all__ = ["BrowserPool", "PoolLease", "RemoteEndpointError", "explain_endpoint_error", "REMOTE_FIELD"]
 
 
 @dataclass(eq=False)
 class _Parked:
     """A finished episode's session kept for the next reset with the same key (origins, EnvConfig)."""
 
-    slot: _Slot
+    slot: BrowserSlot
     session: BrowserSession
     key: Any
     port: int
@@ -138,7 +76,7 @@ class PoolLease:
         self.pool = pool
         self.env: BrowserEnv | None = None
         self.crashed = False
-        self._slot: _Slot | None = None
+        self._slot: BrowserSlot | None = None
         self._port: int | None = None
         self._released = False
 
@@ -183,47 +121,49 @@ class PoolLease:
 
 
 class BrowserPool:
-    """Owns Playwright, the browser slots and the env capacity semaphore."""
+    """Owns the egress gateway, the browsers (browsers.py) and the env capacity semaphore."""
 
     def __init__(self, config: PoolConfig | None = None, env_config: EnvConfig | None = None) -> None:
         self.config = config or PoolConfig()
         self.config.validate()
         self.env_config = env_config or EnvConfig()
         self.env_config.validate()
-        self._pw: Playwright | None = None
-        n = len(self.config.remote_endpoints) or self.config.num_browsers
-        self.slots = [
-            _Slot(i, f"--jaxwebrl-slot={uuid.uuid4().hex}",
-                  self.config.remote_endpoints[i] if self.config.remote_endpoints else None)
-            for i in range(n)
-        ]
         self._sem = asyncio.Semaphore(self.config.capacity)
         self._leases: set[PoolLease] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._parked: list[_Parked] = []  # oldest first
         idle = self.config.max_idle_contexts
         self._idle_limit = self.config.capacity if idle is None else idle
-        self._closing = False
-        self.crashes = 0
-        # one proxy port per context the pool may hold: live envs plus parked contexts
-        self.gateway = EgressGateway(self.config.capacity + self._idle_limit, host=self.config.egress_host)
+        self._reported: dict[str, int] = {}  # counters at the last take_metrics()
+        remote = bool(self.config.remote_endpoints)
+        if remote:  # fail now, naming the setting, rather than at the first connection
+            fleet.read_token(self.config.remote_token_file, fleet.TOKEN_FIELD)
+        # one proxy port per context the pool may hold: live envs plus parked contexts; a gateway other hosts can
+        # reach serves only requests with this run's credentials
+        credentials = (("jaxwebrl", secrets.token_urlsafe(24))
+                       if remote or not is_loopback(self.config.egress_host) else None)
+        self.gateway = EgressGateway(self.config.capacity + self._idle_limit, host=self.config.egress_host,
+                                     credentials=credentials)
+        self._browsers = Browsers(self.config, self.gateway, self._on_browser_lost)
+
+    @property
+    def slots(self) -> list[BrowserSlot]:
+        return self._browsers.slots
+
+    @property
+    def crashes(self) -> int:
+        """Browsers lost while the pool ran (crashes, kills, remote servers gone)."""
+        return self._browsers.crashes
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> "BrowserPool":
-        """Launch or connect every browser; a remote endpoint that fails stops the start with one error
-        listing every failing endpoint and its fix."""
+        """Start the gateway, then launch or connect every browser; remote endpoints that fail stop the start
+        with one error listing each failing endpoint and its fix."""
         await self.gateway.start()
-        self._pw = await async_playwright().start()
-        results = await asyncio.gather(*(self._launch(s) for s in self.slots), return_exceptions=True)
-        failed = [(s, r) for s, r in zip(self.slots, results) if isinstance(r, BaseException)]
-        if failed:
+        try:
+            await self._browsers.start()
+        except BaseException:
             await self.close()
-            remote = [r for _, r in failed if isinstance(r, RemoteEndpointError)]
-            if remote:
-                lines = "\n  ".join(str(r) for r in remote)
-                raise RemoteEndpointError(f"{REMOTE_FIELD}: {len(remote)} of {len(self.slots)} browser servers cannot "
-                                          f"be used:\n  {lines}") from remote[0]
-            raise failed[0][1]
+            raise
         return self
 
     async def __aenter__(self) -> "BrowserPool":
@@ -233,103 +173,21 @@ class BrowserPool:
         await self.close()
 
     async def close(self) -> None:
-        self._closing = True
+        self._browsers.closing = True  # from now on a disconnect is no loss and starts no relaunch
         for lease in list(self._leases):
             if lease.env is not None:
                 await lease.env.close()
         while self._parked:
             await self._parked.pop().session.close()
-        for t in list(self._tasks):
-            t.cancel()
-        for s in self.slots:
-            if s.browser is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(s.browser.close(), 10)
-        if self._pw is not None:
-            with contextlib.suppress(Exception):
-                await self._pw.stop()
-            self._pw = None
+        await self._browsers.close()
         await self.gateway.close()
 
     def launch_args(self) -> list[str]:
-        """Chromium flags: the configured ones, the egress lock (only the gateway's ports resolve), no
-        WebRTC over UDP, and `--enable-automation` (lets the pool read a remote browser's command line back;
-        navigator.webdriver is true under Playwright either way)."""
-        return [*self.config.args, f"--host-resolver-rules={self.gateway.resolver_rules()}", *WEBRTC_ARGS,
-                AUTOMATION_FLAG]
+        """A local browser's flags (the configured ones plus egress.safety_args)."""
+        return self._browsers.launch_args()
 
-    async def _launch(self, slot: _Slot) -> None:
-        """Start (local, `relaunch_attempts` tries) or connect (remote, one try) the slot's browser."""
-        assert self._pw is not None
-        cfg = self.config
-        if slot.endpoint:
-            browser = await self._connect(slot)
-        else:
-            last: Exception | None = None
-            for _ in range(cfg.relaunch_attempts):
-                try:
-                    browser = await self._pw.chromium.launch(
-                        executable_path=cfg.executable_path, args=[*self.launch_args(), slot.marker],
-                        headless=cfg.headless, timeout=cfg.launch_timeout_s * 1000,
-                    )
-                    break
-                except Exception as exc:  # retry; a bad config fails after `relaunch_attempts`
-                    last = exc
-                    await asyncio.sleep(0.5)
-            else:
-                slot.last_error = f"{type(last).__name__}: {last}"
-                raise RuntimeError(f"could not start browser {slot.index}: {last}")
-        if self._closing:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(browser.close(), 5)
-            return
-        slot.browser = browser
-        slot.launches += 1
-        slot.last_error = ""
-        browser.on("disconnected", lambda b, s=slot: self._on_disconnect(s, b))
-        slot.ready.set()
-
-    async def _connect(self, slot: _Slot) -> Browser:
-        """Connect to the slot's `playwright run-server`, which launches a Chromium with this pool's options;
-        check that it applied them. Raises `RemoteEndpointError` (the url, what failed, the fix)."""
-        assert self._pw is not None and slot.endpoint
-        cfg = self.config
-        opts = {"executablePath": cfg.remote_executable_path, "args": self.launch_args(), "headless": cfg.headless,
-                "timeout": cfg.launch_timeout_s * 1000}
-        browser: Browser | None = None
-        try:
-            browser = await asyncio.wait_for(self._pw.chromium.connect(
-                slot.endpoint, timeout=cfg.launch_timeout_s * 1000,
-                headers={"x-playwright-launch-options": json.dumps({k: v for k, v in opts.items() if v is not None})},
-            ), cfg.launch_timeout_s + 5)
-            await self._check_launch_options(browser)
-            return browser
-        except Exception as exc:
-            if browser is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(browser.close(), 5)
-            slot.last_error = explain_endpoint_error(slot.endpoint, exc)
-            raise RemoteEndpointError(slot.last_error) from exc
-
-    async def _check_launch_options(self, browser: Browser) -> None:
-        """A server started without --unsafe drops `args` silently; the command line shows whether the egress
-        lock is in place (Chromium returns it only when our --enable-automation arrived)."""
-        cdp = await browser.new_browser_cdp_session()
-        try:
-            line = await asyncio.wait_for(cdp.send("Browser.getBrowserCommandLine"), self.config.launch_timeout_s)
-        finally:
-            with contextlib.suppress(Exception):
-                await cdp.detach()
-        rules = f"--host-resolver-rules={self.gateway.resolver_rules()}"
-        if rules not in line.get("arguments", []):
-            raise RuntimeError("the browser server ignores launch options: the egress lock is missing")
-
-    def _on_disconnect(self, slot: _Slot, browser: Browser) -> None:
-        if browser is not slot.browser:
-            return
-        slot.ready.clear()
-        slot.browser = None
-        slot.contexts.clear()
+    def _on_browser_lost(self, slot: BrowserSlot) -> None:
+        """A browser disconnected: its running envs end `env_error`, its parked contexts are gone."""
         for p in self._parked:
             if p.slot is slot:
                 self.gateway.release(p.port)
@@ -338,45 +196,6 @@ class BrowserPool:
             if lease.env in slot.envs:
                 lease.crashed = True
         slot.envs.clear()
-        if self._closing:
-            return
-        self.crashes += 1
-        slot.losses += 1
-        if slot.endpoint:
-            log.warning("browser server %s disconnected; its running episodes end env_error, new ones go to the "
-                        "%d live servers; reconnecting with backoff", slot.endpoint,
-                        sum(1 for s in self.slots if s.ready.is_set()))
-        self._spawn(self._relaunch(slot))
-
-    async def _relaunch(self, slot: _Slot) -> None:
-        """Relaunch / reconnect until it works or the pool closes: the first retry at once, then waits of
-        `reconnect_backoff_s`, doubling up to `reconnect_backoff_max_s`."""
-        if slot.relaunching:
-            return
-        slot.relaunching = True
-        delay, t0, tries = self.config.reconnect_backoff_s, time.monotonic(), 0
-        try:
-            while not self._closing:
-                tries += 1
-                try:
-                    await self._launch(slot)
-                    if slot.endpoint:
-                        log.warning("browser server %s is back after %.1f s (%d tries); it takes new contexts",
-                                    slot.endpoint, time.monotonic() - t0, tries)
-                    return
-                except Exception as exc:
-                    slot.last_error = slot.last_error or f"{type(exc).__name__}: {exc}"
-                    log.debug("reconnecting browser %d (%s) failed: %s", slot.index, slot.endpoint or "local",
-                              slot.last_error)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.config.reconnect_backoff_max_s)
-        finally:
-            slot.relaunching = False
-
-    def _spawn(self, coro: Any) -> None:
-        t = asyncio.ensure_future(coro)
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
 
     # ---- envs and contexts ------------------------------------------------------------------------
     async def new_env(self, env_config: EnvConfig | None = None,
@@ -414,9 +233,9 @@ class BrowserPool:
             self._sem.release()
 
     async def _new_context(self, env: BrowserEnv | None, config: EnvConfig,
-                           allowlist: Allowlist) -> tuple[_Slot, BrowserContext, int]:
+                           allowlist: Allowlist) -> tuple[BrowserSlot, BrowserContext, int]:
         for _ in range(3):
-            live = [s for s in self.slots if s.ready.is_set() and self._connected(s)]
+            live = [s for s in self.slots if s.live()]
             if not live:
                 waiters = [asyncio.ensure_future(s.ready.wait()) for s in self.slots]
                 try:
@@ -436,7 +255,7 @@ class BrowserPool:
                 ctx = await asyncio.wait_for(
                     browser.new_context(viewport={"width": vw, "height": vh}, accept_downloads=False,
                                         device_scale_factor=config.device_scale_factor,
-                                        service_workers="block", proxy={"server": self.gateway.proxy_url(port)}),
+                                        service_workers="block", proxy=self.gateway.proxy_settings(port)),
                     self.config.launch_timeout_s,
                 )
             except Exception:
@@ -453,16 +272,16 @@ class BrowserPool:
         down = "; ".join(f"{s.endpoint or f'browser {s.index}'}: {s.last_error or 'reconnecting'}" for s in self.slots)
         raise RuntimeError(f"no live browser in the pool (reconnecting with backoff): {down}")
 
-    def _forget_context(self, slot: _Slot | None, ctx: BrowserContext, port: int | None) -> None:
+    def _forget_context(self, slot: BrowserSlot | None, ctx: BrowserContext, port: int | None) -> None:
         if port is not None:
             self.gateway.release(port)
         if slot is not None:
             slot.contexts.discard(ctx)
 
-    async def _park(self, slot: _Slot, session: BrowserSession, key: Any, port: int) -> bool:
+    async def _park(self, slot: BrowserSlot, session: BrowserSession, key: Any, port: int) -> bool:
         """Keep a finished session for reuse; closes the oldest parked ones beyond `max_idle_contexts`.
         False (nothing kept) when reuse is off or the browser is gone."""
-        if self._idle_limit == 0 or self._closing or not self._connected(slot):
+        if self._idle_limit == 0 or self._browsers.closing or not self._connected(slot):
             return False
         self._parked.append(_Parked(slot, session, key, port))
         self.gateway.retarget(port, Allowlist(()))  # a parked context reaches nothing
@@ -481,57 +300,21 @@ class BrowserPool:
                 return p
         return None
 
-    def _connected(self, slot: _Slot | None) -> bool:
-        return slot is not None and slot.browser is not None and slot.browser.is_connected()
+    def _connected(self, slot: BrowserSlot | None) -> bool:
+        return slot is not None and slot.connected()
 
-    # ---- health -----------------------------------------------------------------------------------
-    async def _check_health(self, slot: _Slot, timeout_s: float = 5.0) -> bool:
-        """Probe the browser; kill a hung one (the disconnect handler relaunches it). True if healthy."""
-        browser = slot.browser
-        if browser is None or not browser.is_connected():
-            return False
-        try:  # the probe never navigates, so it needs no proxy port (the resolver rules still hold)
-            ctx = await asyncio.wait_for(browser.new_context(), timeout_s)
-            page = await asyncio.wait_for(ctx.new_page(), timeout_s)
-            await asyncio.wait_for(page.evaluate("1 + 1"), timeout_s)
-            await asyncio.wait_for(ctx.close(), timeout_s)
-            return True
-        except Exception:
-            await self.kill_browser(slot.index)
-            return False
+    # ---- health and the browsers ------------------------------------------------------------------
+    async def _check_health(self, slot: BrowserSlot, timeout_s: float = 5.0) -> bool:
+        """Probe the browser; kill a hung one (it is relaunched). True if healthy."""
+        return await self._browsers.check_health(slot, timeout_s)
 
     def browser_pids(self, index: int) -> list[int]:
-        """Pids of the main Chromium process of local browser `index` (found by its marker argument)."""
-        marker = self.slots[index].marker.encode()
-        pids = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker in cmd and b"--type=" not in cmd:
-                pids.append(int(d.name))
-        return pids
+        """Pids of the main Chromium process of local browser `index`."""
+        return self._browsers.pids(index)
 
     async def kill_browser(self, index: int) -> None:
         """SIGKILL a local browser (hang recovery, tests) or drop a remote connection."""
-        slot = self.slots[index]
-        if slot.endpoint:
-            if slot.browser is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(slot.browser.close(), 5)
-            return
-        browser = slot.browser
-        for pid in self.browser_pids(index):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        # wait for the disconnect (which starts the relaunch) so callers never see the dead browser as ready
-        for _ in range(200):
-            if browser is None or slot.browser is not browser:
-                break
-            await asyncio.sleep(0.05)
+        await self._browsers.kill(index)
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Wait until every browser is up (after a crash)."""
@@ -549,9 +332,18 @@ class BrowserPool:
                 "crashes": self.crashes,
                 "launches": sum(s.launches for s in self.slots)}
 
+    def take_metrics(self) -> dict[str, float]:
+        """What happened at the pool's edges since the last call, for the run's records: requests the egress
+        gateway refused (outside the allowlist; with wrong proxy credentials; without credentials, which each
+        context's first request is when credentials are on), and browsers lost."""
+        g = self.gateway
+        now = {"pool/egress_refused": g.refused, "pool/egress_auth_refused": g.auth_refused,
+               "pool/egress_auth_challenged": g.challenged, "pool/browsers_lost": self.crashes}
+        out = {k: float(v - self._reported.get(k, 0)) for k, v in now.items()}
+        self._reported = now
+        return out
+
     def browsers(self) -> list[dict[str, Any]]:
         """Per browser (local index or remote url): live or not, contexts open now and ever, launches or
         connections, losses, the last failure (fleet monitoring and tests)."""
-        return [{"browser": s.endpoint or f"local:{s.index}", "live": s.ready.is_set() and self._connected(s),
-                 "contexts": len(s.contexts), "envs": len(s.envs), "opened": s.opened, "launches": s.launches,
-                 "losses": s.losses, "last_error": s.last_error} for s in self.slots]
+        return self._browsers.report()

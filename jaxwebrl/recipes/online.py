@@ -327,6 +327,8 @@ class OnlineRL:
                         "train/samples_used": float(len(samples)),
                         "train/demonstration_groups": float(len({s.group_id for s in demos}))})
         metrics.update({f"time/{k}_s": v for k, v in stats.time.items()})
+        # the pool's edges since the last record: egress refusals (allowlist, proxy credentials), browsers lost
+        metrics.update(self.pool.take_metrics())
         self._t_train = time.perf_counter()
         return Round(samples=samples, metrics=metrics)
 

@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from jaxwebrl.browser import BrowserPool, EnvConfig, EnvError, ObsConfig, PoolConfig
 from tests.browser.conftest import find_id, pg_task
+from tests.browser.fleet_fixtures import FleetServer, token_file
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -116,23 +113,12 @@ def test_hundred_episodes_no_leak(runner, pool, sites):
     runner.run(go(), timeout=170)
 
 
-def test_remote_browser_server(runner, sites):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).with_name("playwright")
-    proc = subprocess.Popen([str(exe), "run-server", "--port", str(port), "--host", "127.0.0.1", "--unsafe"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def test_remote_browser_server(runner, sites, tmp_path):
+    """A pool on one `python -m jaxwebrl.browser.serve` (the fleet's secret in a file) plays an episode."""
+    server = FleetServer(token_file(tmp_path), tmp_path).start()
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
-
         async def go():
-            cfg = PoolConfig(remote_endpoints=(f"ws://127.0.0.1:{port}/",), contexts_per_browser=2)
+            cfg = PoolConfig(remote_endpoints=(server.url,), remote_token_file=server.token_file, contexts_per_browser=2)
             async with BrowserPool(cfg) as pool:
                 async with pool.episode(pg_task(sites), 0) as (env, obs):
                     r = await env.step(f"```click [{find_id(obs, 'button', 'Press me')}]```")
@@ -140,8 +126,7 @@ def test_remote_browser_server(runner, sites):
 
         runner.run(go())
     finally:
-        proc.kill()
-        proc.wait(10)
+        server.stop()
 
 
 def test_bad_config_fails_at_start(tmp_path):

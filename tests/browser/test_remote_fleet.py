@@ -1,5 +1,6 @@
-"""A remote browser fleet: two real `playwright run-server --unsafe` processes on loopback, each launching
-/usr/bin/chromium with the pool's launch options (egress lock included), behind one BrowserPool.
+"""A remote browser fleet: two real `python -m jaxwebrl.browser.serve` processes on loopback, each launching
+/usr/bin/chromium with the safety flags for the pool's gateway (egress lock included), behind one BrowserPool
+that presents the fleet's secret.
 
 The collector runs MiniWoB++ groups over both servers; one server is killed mid-iteration (its process group,
 Chromium included). Its running episodes end `env_error` with mask 0 and do not count as failures of the
@@ -8,8 +9,9 @@ killed one rejoins (exponential backoff) once it is restarted on its port and ta
 policy is the scripted `idle` role of tests/recipe_fixtures.py (scroll until the horizon, through the
 Engine protocol), held at its second turn until the server is killed, so all four episodes are running
 when it dies and the counts are exact.
-An endpoint that refuses the connection, or a server that would drop the launch options, stops the pool
-at start with one error naming config.env.remote_endpoints, the url and the fix.
+An endpoint that refuses the connection, a server that refuses the pool's token, or a server whose browser
+lacks the safety flags (a plain Playwright server) stops the pool at start with one error naming the setting,
+the url and the fix.
 (About 40 s on an idle 2-core machine, most of it two server and Chromium starts.)
 """
 
@@ -22,7 +24,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -37,6 +38,7 @@ from jaxwebrl.models.tiny import SAMPLE_TEXT
 from jaxwebrl.models.tokenizer import train_tokenizer
 from tests.agent_fixtures import ENV, RecordingEngine
 from tests.browser.conftest import pg_task
+from tests.browser.fleet_fixtures import FleetServer, token_file
 from tests.recipe_fixtures import ScriptedPolicy
 
 pytestmark = pytest.mark.timeout(240)
@@ -65,47 +67,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class BrowserServer:
-    """`python -m playwright run-server` on a loopback port, in its own process group (so a kill takes its
-    Chromium with it, as a lost host would)."""
-
-    def __init__(self, port: int | None = None, unsafe: bool = True):
-        self.port, self.unsafe = port or _free_port(), unsafe
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/"
-
-    def start(self) -> "BrowserServer":
-        cmd = [sys.executable, "-m", "playwright", "run-server", "--port", str(self.port), "--host", "127.0.0.1"]
-        self.proc = subprocess.Popen(cmd + (["--unsafe"] if self.unsafe else []), start_new_session=True,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"run-server on port {self.port} exited with {self.proc.returncode}"
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return self
-            time.sleep(0.1)
-        raise AssertionError(f"run-server on port {self.port} did not listen within 60 s")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+@pytest.fixture(scope="module")
+def token(tmp_path_factory) -> str:
+    return token_file(tmp_path_factory.mktemp("fleet"))
 
 
 @pytest.fixture(scope="module")
-def servers():
-    pair = [BrowserServer(), BrowserServer()]
+def servers(token, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("fleet_logs")
+    pair = [FleetServer(token, logs, name="a"), FleetServer(token, logs, name="b")]
     try:
-        with concurrent.futures.ThreadPoolExecutor(2) as ex:  # the two node processes start side by side
-            list(ex.map(BrowserServer.start, pair))
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:  # the two servers start side by side
+            list(ex.map(FleetServer.start, pair))
         yield pair
     finally:
         for s in pair:
-            s.kill()
+            s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +98,12 @@ def suite():
     s.stop()
 
 
-def test_lost_server_ends_its_episodes_and_rejoins(servers, tokenizer, suite):
+def test_lost_server_ends_its_episodes_and_rejoins(servers, token, tokenizer, suite):
     a, b = servers
     task = suite.get_task(suite.task_ids("all")[0])
     # no context reuse, so every episode opens a context and the spread over the servers is visible
-    cfg = PoolConfig(remote_endpoints=(a.url, b.url), contexts_per_browser=2, max_idle_contexts=0,
-                     reconnect_backoff_s=0.2, reconnect_backoff_max_s=1.0)
+    cfg = PoolConfig(remote_endpoints=(a.url, b.url), remote_token_file=token, contexts_per_browser=2,
+                     max_idle_contexts=0, reconnect_backoff_s=0.2, reconnect_backoff_max_s=1.0)
 
     async def go():
         policy = GatedPolicy(ScriptedPolicy(tokenizer, "bid", "bid", roles=("idle",)))
@@ -178,33 +155,57 @@ def test_lost_server_ends_its_episodes_and_rejoins(servers, tokenizer, suite):
     assert final[0]["live"] and final[0]["launches"] == 2 and final[0]["opened"] > opened_a, final
 
 
-def test_refused_endpoint_stops_the_start_with_the_fix(servers):
+def test_refused_endpoint_stops_the_start_with_the_fix(servers, token):
     dead = f"ws://127.0.0.1:{_free_port()}/"
 
     async def go():
         with pytest.raises(RemoteEndpointError) as info:
-            await BrowserPool(PoolConfig(remote_endpoints=(servers[1].url, dead), contexts_per_browser=1)).start()
+            await BrowserPool(PoolConfig(remote_endpoints=(servers[1].url, dead), remote_token_file=token,
+                                         contexts_per_browser=1)).start()
         return str(info.value)
 
     msg = asyncio.run(go())
     assert msg.startswith("config.env.remote_endpoints: 1 of 2 browser servers cannot be used"), msg
-    assert f"{dead} refused the connection" in msg and "run-server" in msg and "--unsafe" in msg, msg
+    assert f"{dead} refused the connection" in msg and "python -m jaxwebrl.browser.serve --host 127.0.0.1" in msg, msg
     assert servers[1].url not in msg
+    assert "run-server" not in msg and "--unsafe" not in msg and "0.0.0.0" not in msg, msg
 
 
-def test_server_that_drops_launch_options_is_refused():
-    """Without --unsafe, run-server drops the Chromium path and the flags (the egress lock among them)."""
-    server = BrowserServer(unsafe=False).start()
+def test_wrong_secret_stops_the_start_with_the_fix(servers, tmp_path):
+    other = token_file(tmp_path, "other.token")
+
+    async def go():
+        with pytest.raises(RemoteEndpointError) as info:
+            await BrowserPool(PoolConfig(remote_endpoints=(servers[1].url,), remote_token_file=other,
+                                         contexts_per_browser=1)).start()
+        return str(info.value)
+
+    msg = asyncio.run(go())
+    assert f"{servers[1].url} refused this pool's token; fix: give config.env.remote_token_file" in msg, msg
+    assert "wrong token" in servers[1].log(), servers[1].log()
+
+
+def test_plain_playwright_server_is_refused(tmp_path):
+    """A plain `playwright run-server` (here on loopback, without --unsafe) would launch a browser without the
+    safety flags: the pool reads the command line back and refuses it."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--host", "127.0.0.1"],
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
+        assert proc.stdout is not None and "Listening on" in proc.stdout.readline()
+        url = f"ws://127.0.0.1:{port}/"
+
         async def go():
             with pytest.raises(RemoteEndpointError) as info:
-                await BrowserPool(PoolConfig(remote_endpoints=(server.url,), contexts_per_browser=1)).start()
+                await BrowserPool(PoolConfig(remote_endpoints=(url,), remote_token_file=token_file(tmp_path),
+                                             contexts_per_browser=1)).start()
             return str(info.value)
 
         msg = asyncio.run(go())
     finally:
-        server.kill()
-    assert server.url in msg and "without --unsafe" in msg and "--unsafe` with playwright==" in msg, msg
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert f"{url} is not a jaxwebrl browser server" in msg and "python -m jaxwebrl.browser.serve" in msg, msg
 
 
 def test_fleet_config_errors_name_the_field():
@@ -218,18 +219,18 @@ def test_fleet_config_errors_name_the_field():
         BrowserConfig(remote_endpoints="ws://127.0.0.1:1/, ws://127.0.0.1:1/")
     with pytest.raises(FieldError, match="remote_backoff_max_s"):
         BrowserConfig(remote_backoff_s=5.0, remote_backoff_max_s=1.0)
-    pc = BrowserConfig(remote_endpoints="ws://127.0.0.1:1/", remote_chromium="playwright",
+    pc = BrowserConfig(remote_endpoints="ws://127.0.0.1:1/", remote_token_file="/etc/fleet.token",
                        remote_backoff_s=0.5, remote_backoff_max_s=8).pool_config()
-    assert pc.remote_executable_path is None and (pc.reconnect_backoff_s, pc.reconnect_backoff_max_s) == (0.5, 8)
-    assert BrowserConfig(remote_chromium="/opt/chrome").pool_config().remote_executable_path == "/opt/chrome"
+    assert pc.remote_token_file == "/etc/fleet.token" and (pc.reconnect_backoff_s, pc.reconnect_backoff_max_s) == (0.5, 8)
 
 
-def test_remote_browsers_dial_the_gateway_at_egress_host(servers, sites):
+def test_remote_browsers_dial_the_gateway_at_egress_host(servers, token, sites):
     """`egress_host` (here 127.0.0.2; on a cluster this host's address the servers reach) is where the gateway
     listens and what the remote browsers' proxy and resolver rules name: pages load through it, and a
     request to an origin outside the episode's allowlist is refused there."""
     shop = sites.urls["shop"]
-    cfg = PoolConfig(remote_endpoints=(servers[1].url,), contexts_per_browser=1, egress_host="127.0.0.2")
+    cfg = PoolConfig(remote_endpoints=(servers[1].url,), remote_token_file=token, contexts_per_browser=1,
+                     egress_host="127.0.0.2")
 
     async def go():
         async with BrowserPool(cfg, ENV) as pool:

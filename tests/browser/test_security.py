@@ -2,8 +2,10 @@
 TCP connection, HTTP request and UDP datagram it receives, and every vector we know (redirects via goto and
 via a clicked link, page and worker WebSockets, a data: page with script, WebRTC STUN, srcdoc iframes,
 service workers, prefetch/preconnect/speculation rules, EventSource, sendBeacon, form targets, CSS @import,
-fonts, window.open, meta refresh, ...) is driven through the action spaces: zero hits. A control run of the
-same pages in an unprotected context shows that the vectors do reach the recorder, so the zero can fail."""
+fonts, window.open, meta refresh, ...) is driven through the action spaces: zero hits, with local browsers and
+with a remote fleet browser (a real `python -m jaxwebrl.browser.serve` on loopback, the gateway then requiring
+the run's proxy credentials). A control run of the same pages in an unprotected context shows that the
+vectors do reach the recorder, so the zero can fail."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from typing import Iterator
 import pytest
 from playwright.async_api import async_playwright
 
-from jaxwebrl.browser import EnvConfig, find_chromium
+from jaxwebrl.browser import BrowserPool, EnvConfig, PoolConfig, find_chromium
 from tests.browser.conftest import UrlTask, find_id
+from tests.browser.fleet_fixtures import FleetServer, token_file
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -181,6 +184,30 @@ class Site:
 
 
 @pytest.fixture(scope="module")
+def remote_pool(runner, tmp_path_factory) -> Iterator[BrowserPool]:
+    """A pool whose browser lives behind a real browser server on loopback."""
+    d = tmp_path_factory.mktemp("security_fleet")
+    server = FleetServer(token_file(d), d).start()
+
+    async def make() -> BrowserPool:
+        cfg = PoolConfig(remote_endpoints=(server.url,), remote_token_file=server.token_file, contexts_per_browser=8)
+        return await BrowserPool(cfg, EnvConfig()).start()
+
+    try:
+        p = runner.run(make())
+        yield p
+        runner.run(p.close())
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["local", "remote"])
+def any_pool(request) -> BrowserPool:
+    """The suite runs through local browsers and through the remote fleet."""
+    return request.getfixturevalue("pool" if request.param == "local" else "remote_pool")
+
+
+@pytest.fixture(scope="module")
 def hostile() -> Iterator[tuple[Recorder, Site]]:
     rec = Recorder()
     site = Site(rec)
@@ -239,9 +266,11 @@ def test_unprotected_control_reaches_the_recorder(runner, hostile):
 
 
 @pytest.mark.parametrize("space", ["webarena", "bid", "openwebrl", "webagent_r1"])
-def test_no_vector_reaches_a_forbidden_origin(runner, pool, hostile, space):
+def test_no_vector_reaches_a_forbidden_origin(runner, any_pool, hostile, space):
     rec, site = hostile
     rec.take()
+    pool = any_pool
+    opened, forwarded = sum(b["opened"] for b in pool.browsers()), pool.gateway.forwarded
     cfg = EnvConfig(action_space=space, settle_s=0.1)
     task = UrlTask(f"{site.url}/v/index", (site.url,))
 
@@ -282,5 +311,12 @@ def test_no_vector_reaches_a_forbidden_origin(runner, pool, hostile, space):
 
     steps = runner.run(go())
     hits = rec.take()
+    # the episodes ran in this pool's browser (remote: behind the server, the gateway requiring credentials)
+    assert sum(b["opened"] for b in pool.browsers()) > opened
+    assert pool.gateway.forwarded - forwarded >= len(site.pages)  # the allowed pages came through the gateway
+    assert (pool.gateway.credentials is not None) == bool(pool.config.remote_endpoints)
     assert steps >= len(CLICKS) and hits == [], hits
-    print(f"{space}: {steps} agent steps over {len(site.pages) + 4} vectors, forbidden-origin hits: {len(hits)}")
+    where = pool.config.remote_endpoints[0] if pool.config.remote_endpoints else "local"
+    print(f"{space} ({where}): {steps} agent steps over {len(site.pages) + 4} vectors, forbidden-origin hits: {len(hits)}, "
+          f"gateway: {pool.gateway.forwarded - forwarded} forwarded, {pool.gateway.challenged} challenged, "
+          f"{pool.gateway.auth_refused} wrong credentials")
