@@ -125,9 +125,9 @@ def main() -> None:
         from jaxwebrl.browser.observation import Observation
         from jaxwebrl.config import apply_variants, parse_config
         from jaxwebrl.data.records import write_jsonl
+        from jaxwebrl.demos.collect import Demonstration, answer_text, render_demonstrations
         from jaxwebrl.fields import with_changes
-        from jaxwebrl.recipes.demos import Demonstration, answer_text, render_demonstrations
-        from jaxwebrl.recipes.main_job import DEMONSTRATIONS_FILE, behaviour_cloning
+        from jaxwebrl.main_job.stages import DEMONSTRATIONS_FILE, behaviour_cloning
 
         run = parse_config(apply_variants(config_.value))
         work = Path(run.workdir)

@@ -47,9 +47,9 @@ ID = re.compile(r"\('(\d+)'")
 def collect(run: Any, seeds: int) -> list[Any]:
     """The solvers' successful demonstrations on the test seeds of the run's demonstrated tasks."""
     from jaxwebrl.browser.pool import BrowserPool
-    from jaxwebrl.recipes.demos import collect_demonstrations
-    from jaxwebrl.recipes.main_job import demonstrated_task_ids
-    from jaxwebrl.recipes.online import make_suite, split_tasks
+    from jaxwebrl.demos.collect import collect_demonstrations
+    from jaxwebrl.main_job.stages import demonstrated_task_ids
+    from jaxwebrl.rollout.suites import make_suite, split_tasks
     from jaxwebrl.rollout.suites import get_solvers
 
     suite = make_suite(run)
@@ -101,8 +101,8 @@ def greedy_tokens(cfg: Any, params: Any, sequences: Sequence[Sequence[int]]) -> 
 def score(demos: Sequence[Any], policy: str, agent: Any) -> dict[str, Any]:
     """Per demonstration ("task@seed"): each turn right, every turn right, the greedy answer tokens per turn,
     and where the first answer points."""
+    from jaxwebrl.demos.collect import render_demonstrations
     from jaxwebrl.models import load_hf, load_tokenizer
-    from jaxwebrl.recipes.demos import render_demonstrations
 
     tok = load_tokenizer(policy)
     cfg, params = load_hf(policy)
@@ -132,7 +132,7 @@ def score(demos: Sequence[Any], policy: str, agent: Any) -> dict[str, Any]:
 
 def report(episodes: dict[str, dict[str, Any]]) -> Any:
     """An EvalReport of 'every turn right' per (task, seed), for the run report's tables and pairing."""
-    from jaxwebrl.recipes.evaluate import EvalReport
+    from jaxwebrl.evaluation.evaluate import EvalReport
 
     per_task: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for e in episodes.values():
@@ -159,7 +159,7 @@ def main(argv: list[str]) -> None:
     del argv
     sys.path.insert(0, ROOT)
     from jaxwebrl.config import apply_variants, parse_config
-    from jaxwebrl.recipes.report import paired_table, success_table
+    from jaxwebrl.evaluation.report import paired_table, success_table
 
     run = parse_config(apply_variants(_CONFIG.value))
     policies: dict[str, str] = {}

@@ -35,7 +35,7 @@ def _load_config(name: str):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    from jaxwebrl.recipes.main_job import run_main_job
+    from jaxwebrl.main_job.stages import run_main_job
 
     cfg = _load_config("grpo_local")
     cfg.quick = True
@@ -97,7 +97,7 @@ def test_bc_rows_shorter_than_a_demonstration_are_refused(quick_run, tmp_path):
     """Packing would cut the response off a sample longer than the row: the run stops and names the field."""
     import shutil
 
-    from jaxwebrl.recipes.main_job import behaviour_cloning
+    from jaxwebrl.main_job.stages import behaviour_cloning
 
     cfg, _ = quick_run
     work = tmp_path / "run"
@@ -208,10 +208,10 @@ def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
     import subprocess
     import sys
 
+    from jaxwebrl.demos.collect import render_demonstrations
     from jaxwebrl.engines.base import SamplingParams
     from jaxwebrl.engines.jax_engine import JaxEngine
     from jaxwebrl.models import load_tokenizer
-    from jaxwebrl.recipes.demos import render_demonstrations
 
     cfg, _ = quick_run
     bc = Path(cfg.workdir) / "bc" / "hf"

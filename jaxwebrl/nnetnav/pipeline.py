@@ -21,11 +21,11 @@ from typing import Any, Callable, Sequence
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import write_jsonl
 from jaxwebrl.judges.backends import EngineBackend, JudgeOptions
-from jaxwebrl.recipes.nnetnav import (
+from jaxwebrl.nnetnav.explore import (
     DemoStore, NNetNavJudges, best_of_k, explore, exploration_report, label_accuracy, read_demos, relabel, write_report,
 )
-from jaxwebrl.recipes.nnetnav_config import NNetNavConfig
-from jaxwebrl.recipes.nnetnav_prompts import load_personas
+from jaxwebrl.nnetnav.config import NNetNavConfig
+from jaxwebrl.nnetnav.prompts import load_personas
 
 STAGES = ("explore", "relabel")
 
@@ -42,7 +42,7 @@ def make_judges(nn: NNetNavConfig, engine: Any, tokenizer: Any, action_space: st
     from jaxwebrl.judges.config import JudgeConfig, make_backend
     from jaxwebrl.judges.nnetnav import TrajectoryLabeler
     from jaxwebrl.judges.verifier import VerifierJudge
-    from jaxwebrl.recipes.nnetnav_summary import PageDiffSummarizer
+    from jaxwebrl.nnetnav.summary import PageDiffSummarizer
 
     opts = judge_options(nn)
     backend = (EngineBackend(engine, tokenizer, owns_engine=False) if nn.judge_uses_policy
@@ -65,7 +65,7 @@ async def run_pipeline(run: Any, nn: NNetNavConfig, *, stages: Sequence[str] = S
     prompt via `agent`); returns the report (also written to report.json)."""
     from jaxwebrl.engines.factory import make_engine
     from jaxwebrl.models import load_tokenizer
-    from jaxwebrl.recipes.online import make_suite
+    from jaxwebrl.rollout.suites import make_suite
 
     unknown = set(stages) - set(STAGES)
     if unknown:

@@ -7,7 +7,7 @@
 2. RL: `rl.iterations` of the recipe's online loop from the BC policy or from `model` (`<workdir>/rl`),
    checkpointed after every iteration and resumed from the last one.
 3. `report.enabled`: greedy evaluation of random / BC / RL on held-out seeds (and held-out tasks if named)
-   and the run report (`jaxwebrl.recipes.report.write_run_report`).
+   and the run report (`jaxwebrl.evaluation.report.write_run_report`).
 
 Stages 1 and 2 are sources of the one training loop (`jaxwebrl.train.loop.fit`).
 """
@@ -27,16 +27,16 @@ from tqdm.auto import tqdm
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.pipeline import DataIterator, PipelineConfig, make_dataset, trajectory_files_dataset
 from jaxwebrl.data.records import write_jsonl
+from jaxwebrl.demos.collect import collect_demonstrations, demo_texts, render_demonstrations
+from jaxwebrl.evaluation.evaluate import EvalReport, evaluate
+from jaxwebrl.evaluation.report import StageClock, write_run_report
 from jaxwebrl.fields import with_changes
+from jaxwebrl.main_job.online import OnlineRL
+from jaxwebrl.main_job.vl_bc import init_vl_policy, vl_demonstration_batches
 from jaxwebrl.models import export_hf, init_params
-from jaxwebrl.models.vl_or_text import load_tokenizer_or_processor
 from jaxwebrl.models.tokenizer import train_tokenizer
-from jaxwebrl.recipes.demos import collect_demonstrations, demo_texts, render_demonstrations
-from jaxwebrl.recipes.evaluate import EvalReport, evaluate
-from jaxwebrl.recipes.online import OnlineRL, make_suite, split_tasks
-from jaxwebrl.recipes.report import StageClock, write_run_report
-from jaxwebrl.recipes.vl_bc import init_vl_policy, vl_demonstration_batches
-from jaxwebrl.rollout.suites import get_solvers
+from jaxwebrl.models.vl_or_text import load_tokenizer_or_processor
+from jaxwebrl.rollout.suites import get_solvers, make_suite, split_tasks
 from jaxwebrl.train.checkpoint import has_checkpoint
 from jaxwebrl.train.loop import BatchSource, fit, run_fit
 from jaxwebrl.train.trainer import Trainer
@@ -116,7 +116,7 @@ def behaviour_cloning(run: RunConfig) -> str:
         demos = asyncio.run(_collect_demonstrations(run))
         if not demos:
             raise RuntimeError("the scripted solvers produced no successful demonstration; check tasks.train")
-        if run.model.vision:  # a vision-language policy: tokenizer + processor + Qwen3-VL params (recipes.vl_bc)
+        if run.model.vision:  # a vision-language policy: tokenizer + processor + Qwen3-VL params (main_job.vl_bc)
             tok = init_vl_policy(run, demo_texts(demos, run.agent), init_dir)
         else:
             tok = train_tokenizer(demo_texts(demos, run.agent), vocab_size=run.bc.vocab_size, out_dir=init_dir)

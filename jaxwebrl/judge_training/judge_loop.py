@@ -18,8 +18,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from jaxwebrl.data.records import Trajectory
+from jaxwebrl.evaluation.evaluate import wilson_interval
 from jaxwebrl.judges.reward import JUDGED_SUCCESS_KEY
-from jaxwebrl.recipes.evaluate import wilson_interval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +144,9 @@ def judge_rollouts(judge_path: str, trajs: Sequence[Trajectory], action_space: s
     verdict whose first token is more probable, i.e. P(SUCCESS) >= 0.5 over the two verdict tokens *without*
     the prior correction the held-out report applies (`judge_training.prior_corrected`). Returns copies of the
     rollouts that fit `seq_len` with `metadata['judged_success']` set, and the scores."""
+    from jaxwebrl.judge_training.verifier import Example, JudgeTrainingConfig, judge_messages, verdict_scores
     from jaxwebrl.judges.backends import render_prompt_ids
     from jaxwebrl.models import load_hf, load_tokenizer
-    from jaxwebrl.recipes.judge_training import Example, JudgeTrainingConfig, judge_messages, verdict_scores
 
     tok = load_tokenizer(judge_path)
     model_cfg, params = load_hf(judge_path)

@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from jaxwebrl.recipes.evaluate import EvalReport, paired_difference  # noqa: E402
+from jaxwebrl.evaluation.evaluate import EvalReport, paired_difference  # noqa: E402
 
 
 def success_table(reports: Mapping[str, EvalReport]) -> str:

@@ -1,11 +1,11 @@
 """A trajectory labeler trained here (NNetNav's summaries -> instruction, issue 23 item 3), built like the verifier
-judge of `jaxwebrl.recipes.judge_training`:
+judge of `jaxwebrl.judge_training.verifier`:
 
     python scripts/train_judge.py --config configs/labeler_local.py [--config.quick=true]
 
 1. Collect: the scripted solvers play the run's demonstrated MiniWoB++ tasks on training seeds and on held-out
    (test) seeds in real Chromium; each step's page before, action and page after are kept, and the rule
-   summariser (`nnetnav_summary.PageDiffSummarizer`, what exploration uses with `nnetnav.summarizer='page_diff'`)
+   summariser (`jaxwebrl.nnetnav.summary.PageDiffSummarizer`, what exploration uses with `nnetnav.summarizer='page_diff'`)
    writes its state-change summary.
 2. Examples: NNetNav's labeler prompt (`judges.nnetnav.TrajectoryLabeler.messages`: the summaries as the
    trajectory) rendered with the policy tokenizer's chat template -> "Instruction: <the task's own utterance>".
@@ -33,9 +33,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from jaxwebrl.evaluation.evaluate import EvalReport, paired_difference, wilson_interval
 from jaxwebrl.fields import FieldError, at_least, positive
 from jaxwebrl.judges.parsing import normalize_answer
-from jaxwebrl.recipes.evaluate import EvalReport, paired_difference, wilson_interval
 
 EPISODES_FILE = "labeler_episodes.jsonl"
 RESET_ATTEMPTS = 3
@@ -96,11 +96,10 @@ async def collect(run: Any, cfg: LabelerTrainingConfig) -> tuple[list[LabeledEpi
     and why the others were left out (counts by reason)."""
     from jaxwebrl.browser.env import EnvError
     from jaxwebrl.browser.pool import BrowserPool
-    from jaxwebrl.recipes.demos import play_plan, settled
-    from jaxwebrl.recipes.main_job import demonstrated_task_ids
-    from jaxwebrl.recipes.nnetnav_summary import PageDiffSummarizer
-    from jaxwebrl.recipes.online import make_suite, split_tasks
-    from jaxwebrl.rollout.suites import get_solvers
+    from jaxwebrl.demos.collect import play_plan, settled
+    from jaxwebrl.main_job.stages import demonstrated_task_ids
+    from jaxwebrl.nnetnav.summary import PageDiffSummarizer
+    from jaxwebrl.rollout.suites import get_solvers, make_suite, split_tasks
 
     solvers = get_solvers(run.tasks.suite)
     if solvers is None:
@@ -169,8 +168,8 @@ def answer_text(goal: str) -> str:
 def examples(episodes: Sequence[LabeledEpisode], tokenizer: Any, cfg: LabelerTrainingConfig,
              action_space: str) -> tuple[list[Any], int]:
     """judge_training.Example records (prompt -> "Instruction: <goal>" + EOS) that fit `seq_len`."""
+    from jaxwebrl.judge_training.verifier import Example
     from jaxwebrl.judges.backends import render_prompt_ids
-    from jaxwebrl.recipes.judge_training import Example
 
     out, dropped = [], 0
     for e in episodes:
@@ -319,8 +318,8 @@ def report_md(scores: dict[str, dict[str, list[bool]]], held: Sequence[LabeledEp
 
 def train_labeler(run: Any, cfg: LabelerTrainingConfig) -> dict[str, Any]:
     """All four stages; writes report.md, metrics.json, labels.jsonl, labeler_hf/ in `cfg.workdir`."""
+    from jaxwebrl.judge_training.verifier import fine_tune
     from jaxwebrl.models import load_tokenizer
-    from jaxwebrl.recipes.judge_training import fine_tune
 
     work = Path(cfg.workdir)
     work.mkdir(parents=True, exist_ok=True)

@@ -84,9 +84,9 @@ async def collect(run: Any, cfg: JudgeTrainingConfig, only: set[tuple[str, int]]
     from jaxwebrl.browser.pool import BrowserPool
     from jaxwebrl.engines.jax_engine import JaxEngine
     from jaxwebrl.models import load_tokenizer
-    from jaxwebrl.recipes.online import make_suite
     from jaxwebrl.rollout.collector import Collector
     from jaxwebrl.rollout.config import RolloutConfig
+    from jaxwebrl.rollout.suites import make_suite
 
     suite = make_suite(run)
     try:

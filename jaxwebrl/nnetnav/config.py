@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxwebrl.judges.config import JudgeConfig
 from jaxwebrl.fields import FieldError, at_least
+from jaxwebrl.judges.config import JudgeConfig
 
 SUMMARIZERS = ("model", "page_diff")
 

@@ -4,7 +4,7 @@ NNetNav's summariser is a prompted LLM (Listing 3). A policy trained from scratc
 there are no reference summaries to fine-tune one on, so the local run describes each step by rule: the action
 with the element it named (its role and name, read from the page the action was taken on, element ids left
 out) and the page lines that appeared or disappeared. The labeler trained here
-(`jaxwebrl.recipes.labeler_training`) learns summaries -> instruction on these same summaries, and exploration
+(`jaxwebrl.judge_training.labeler`) learns summaries -> instruction on these same summaries, and exploration
 (`nnetnav.summarizer='page_diff'`) writes them the same way, so the labeler reads at exploration time what it
 was trained on.
 

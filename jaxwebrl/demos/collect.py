@@ -5,7 +5,7 @@ Two steps, because the tokenizer is trained on what the demonstrations show:
    observations the agent would see and the action texts; only successful episodes are kept (the
    environment's own reward filters them, as NNetNav's ORM filters explorations). The plan is a list of
    grammar-free `Step`s (envs/miniwob_solvers.py, envs/site_solutions.py), each written in the run's
-   action space against the live page (`demo_actions.write_step`) and wrapped in its prompt format
+   action space against the live page (`demos.actions.write_step`) and wrapped in its prompt format
    (`answer_text`), so each paper's BC policy speaks its own grammar.
 2. `render_demonstrations` turns them into `Trajectory` records with the agent's own context strategy and
    prompt format, so BC trains on exactly the prompts RL will later sample from.
@@ -28,7 +28,7 @@ from jaxwebrl.browser.env import EnvError
 from jaxwebrl.browser.observation import element_head
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, Turn, TurnImage
-from jaxwebrl.recipes.demo_actions import Step, Written, resolve, write_step
+from jaxwebrl.demos.actions import Step, Written, resolve, write_step
 
 Solver = Callable[[str, str, Sequence[Any]], Sequence[Step | str]]  # (task name, goal, elements) -> plan
 
@@ -47,7 +47,7 @@ def answer_text(action: str, prompt_format: str, memory: str | None = None, conc
                 rationale: str | None = None) -> str:
     """The response a policy in `prompt_format` writes for `action`.
 
-    `action` is already in the format's action grammar (see `demo_actions.write_step`). The reasoning is
+    `action` is already in the format's action grammar (see `demos.actions.write_step`). The reasoning is
     empty (solvers have none) unless `rationale` is given: the target element as the page shows it, written
     in <think> before the action (`bc.rationale`). WebGym's format carries the notes the next turn will see
     in <memory>; BrowserAgent's an optional <conclusion>."""

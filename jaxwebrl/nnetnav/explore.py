@@ -39,14 +39,14 @@ from jaxwebrl.browser.env import StepResult
 from jaxwebrl.browser.observation import Observation
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, Turn
+from jaxwebrl.demos.collect import answer_text
 from jaxwebrl.engines.base import Engine, SamplingParams
 from jaxwebrl.judges.backends import CallRunner, EngineBackend, JudgeBackend, JudgeOptions
 from jaxwebrl.judges.base import Verdict
 from jaxwebrl.judges.nnetnav import NNetNavORM, StateChangeSummarizer, TrajectoryLabeler
-from jaxwebrl.recipes.demos import answer_text
-from jaxwebrl.recipes.nnetnav_config import NNetNavConfig
-from jaxwebrl.recipes.nnetnav_politeness import Politeness, origin_of_task
-from jaxwebrl.recipes.nnetnav_prompts import (
+from jaxwebrl.nnetnav.config import NNetNavConfig
+from jaxwebrl.nnetnav.politeness import Politeness, origin_of_task
+from jaxwebrl.nnetnav.prompts import (
     explore_system_prompt, load_personas, parse_stop_answer, persona_task, sample_persona, stop_messages,
 )
 

@@ -39,13 +39,13 @@ from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, read_trajectories
 from jaxwebrl.data.samples import Sample, build_samples
 from jaxwebrl.engines.factory import make_engine
+from jaxwebrl.evaluation.evaluate import EvalReport, evaluate
 from jaxwebrl.judges.scoring import make_scorer
 from jaxwebrl.models.vl_or_text import load_tokenizer_or_processor
-from jaxwebrl.recipes.evaluate import EvalReport, evaluate
 from jaxwebrl.recipes.papers import get_recipe, run_samples
 from jaxwebrl.recipes.registry import accept_group, assign_rewards, episode_success
 from jaxwebrl.rollout.collector import CollectStats, Collector, Group, is_env_error
-from jaxwebrl.rollout.suites import get_suite
+from jaxwebrl.rollout.suites import make_suite, split_tasks
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
 from jaxwebrl.train.hosts import host_local, host_path, host_seed
 from jaxwebrl.train.loop import Round
@@ -55,20 +55,6 @@ VIEWER_LOG = "viewer_episodes.jsonl"  # in the workdir: the rollouts and evaluat
 # beside history.jsonl: every trajectory played, rewarded, with its iteration and whether its group trained
 # (data.kind='trajectories' trains on it again)
 ROLLOUTS = "rollouts.jsonl"
-
-
-def make_suite(run: Any) -> Any:
-    """The run's task suite, started (`tasks.train` limits it to those tasks, `tasks.suite_mode` picks a variant)."""
-    return get_suite(run.tasks.suite, **run.tasks.suite_kwargs()).start()
-
-
-def split_tasks(suite: Any, run: Any) -> tuple[list[Any], list[int], list[Any], list[int]]:
-    """(train tasks, train seeds, eval tasks, eval seeds): held-out seeds always; held-out tasks if named."""
-    train_ids = suite.task_ids("all") if run.tasks.train else suite.task_ids("train")
-    eval_ids = run.tasks.eval_names or train_ids
-    train = [suite.get_task(t) for t in train_ids]
-    held_out = [suite.get_task(t if "." in t else f"{suite.name}.{t}") for t in eval_ids]
-    return (train, suite.seeds("train", run.tasks.train_seeds), held_out, suite.seeds("test", run.tasks.eval_seeds))
 
 
 def episode_metrics(groups: list[Group]) -> dict[str, float]:
