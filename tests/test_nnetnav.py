@@ -30,13 +30,13 @@ from jaxwebrl.browser import BrowserPool, PoolConfig
 from jaxwebrl.browser.observation import Observation
 from jaxwebrl.engines.base import Generation, SamplingParams
 from jaxwebrl.judges import EngineBackend, JudgeOptions
-from jaxwebrl.nnetnav.explore import (
-    DemoStore, ExplorationDemo, ExploredStep, NNetNavJudges, explore, explorer_agent, exploration_report, read_demos,
-    relabel,
-)
 from jaxwebrl.nnetnav.config import NNetNavConfig
+from jaxwebrl.nnetnav.explore import explore, explorer_agent, exploration_report
+from jaxwebrl.nnetnav.judges import NNetNavJudges
 from jaxwebrl.nnetnav.politeness import Politeness
 from jaxwebrl.nnetnav.prompts import load_personas, persona_task, stop_messages
+from jaxwebrl.nnetnav.relabel import relabel
+from jaxwebrl.nnetnav.store import DemoStore, ExplorationDemo, ExploredStep, read_demos
 from recipe_fixtures import ScriptedPolicy
 
 PERSONAS = ["A careful tester who scrolls through every page."]
@@ -504,7 +504,7 @@ def test_driver_with_one_tiny_model_for_every_role(policy, tmp_path):
 def test_best_of_k_replays_the_instruction_and_keeps_the_orm_best(policy, suite, tmp_path):
     # K = 2: one more agent episode per instruction (the scripted policy clicks the button: one step), scored by
     # the ORM (5 for it). Demo A (ORM 4) is replaced by it; demo B (ORM 5, a tie) keeps the original.
-    from jaxwebrl.nnetnav.explore import best_of_k
+    from jaxwebrl.nnetnav.relabel import best_of_k
 
     _, _, tok, _ = policy
     judge = RuleJudge(tok, lambda k, t: "Reward: 5" if k == "reward" else standard(k, t))

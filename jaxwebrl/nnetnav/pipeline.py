@@ -21,11 +21,12 @@ from typing import Any, Callable, Sequence
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import write_jsonl
 from jaxwebrl.judges.backends import EngineBackend, JudgeOptions
-from jaxwebrl.nnetnav.explore import (
-    DemoStore, NNetNavJudges, best_of_k, explore, exploration_report, label_accuracy, read_demos, relabel, write_report,
-)
 from jaxwebrl.nnetnav.config import NNetNavConfig
+from jaxwebrl.nnetnav.explore import explore, exploration_report, label_accuracy, write_report
+from jaxwebrl.nnetnav.judges import NNetNavJudges
 from jaxwebrl.nnetnav.prompts import load_personas
+from jaxwebrl.nnetnav.relabel import best_of_k, relabel
+from jaxwebrl.nnetnav.store import DemoStore, read_demos
 
 STAGES = ("explore", "relabel")
 
