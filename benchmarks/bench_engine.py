@@ -17,9 +17,9 @@ head_dim 128) written as a HF checkpoint that all three load. Each engine runs t
 (XLA compiles, torch allocations) on other random tokens of the same lengths, then once timed; the timed run
 is what the ratios use. Greedy decoding, fp32, the same generated-token count for every engine.
 
-  .venv/bin/python scripts/bench_engine.py                  # mixed, all three (sglang needs .venv-sglang)
-  .venv/bin/python scripts/bench_engine.py --skip-sglang --requests 8
-  .venv/bin/python scripts/bench_engine.py --workload grpo  # 4 groups x 4, prompts 300-2000, two turns
+  .venv/bin/python benchmarks/bench_engine.py                  # mixed, all three (sglang needs .venv-sglang)
+  .venv/bin/python benchmarks/bench_engine.py --skip-sglang --requests 8
+  .venv/bin/python benchmarks/bench_engine.py --workload grpo  # 4 groups x 4, prompts 300-2000, two turns
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,8 @@ import numpy as np  # noqa: E402
 from jaxwebrl.engines import JaxEngine, SamplingParams, SGLangEngine, SGLangServer  # noqa: E402
 from jaxwebrl.engines.sglang_server import default_sglang_jax_python  # noqa: E402
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config  # noqa: E402
+
+from interleave import await_timed, call_timed  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -116,14 +117,16 @@ class Runner(abc.ABC):
 
 
 async def _generate_turns(engine: Any, load: Load, sp: SamplingParams) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    outputs: list[list[int]] = []
-    tokens = 0
-    for turn in range(load.turns):
-        gens = await asyncio.gather(*(engine.generate(p, sp) for p in load.prompts_for(turn, outputs)))
-        outputs = [g.token_ids for g in gens]
-        tokens += sum(map(len, outputs))
-    return time.perf_counter() - t0, tokens
+    async def turns() -> int:
+        outputs: list[list[int]] = []
+        tokens = 0
+        for turn in range(load.turns):
+            gens = await asyncio.gather(*(engine.generate(p, sp) for p in load.prompts_for(turn, outputs)))
+            outputs = [g.token_ids for g in gens]
+            tokens += sum(map(len, outputs))
+        return tokens
+
+    return await await_timed(turns())
 
 
 class JaxRunner(Runner):
@@ -174,13 +177,16 @@ class TransformersRunner(Runner):
         return out[:, width:].tolist()
 
     async def run(self, load: Load) -> dict[str, float]:
-        t0 = time.perf_counter()
-        outputs: list[list[int]] = []
-        tokens = 0
-        for turn in range(load.turns):
-            outputs = self._generate(load.prompts_for(turn, outputs))
-            tokens += sum(map(len, outputs))
-        return {"s": time.perf_counter() - t0, "tokens": tokens}
+        def turns() -> int:
+            outputs: list[list[int]] = []
+            tokens = 0
+            for turn in range(load.turns):
+                outputs = self._generate(load.prompts_for(turn, outputs))
+                tokens += sum(map(len, outputs))
+            return tokens
+
+        seconds, tokens = call_timed(turns)
+        return {"s": seconds, "tokens": tokens}
 
 
 def _sglang_cached_tokens(log: str) -> int:
@@ -202,9 +208,10 @@ class SGLangRunner(Runner):
         self.startup_s = 0.0
 
     async def start(self) -> None:
-        t0 = time.perf_counter()
-        await asyncio.get_running_loop().run_in_executor(None, self.server.start)
-        self.startup_s = time.perf_counter() - t0
+        async def start_server() -> None:
+            await asyncio.get_running_loop().run_in_executor(None, self.server.start)
+
+        self.startup_s, _ = await await_timed(start_server())
         self.engine = SGLangEngine(self.server.url)
 
     def _cached(self) -> int:

@@ -1,7 +1,7 @@
 """Environment throughput benchmark: steps/s and memory per context with 1, 4, 8, 16 concurrent contexts
 on MiniWoB++ with random valid `bid` actions, one Chromium, printed as a table.
 
-    python scripts/bench_env.py [--seconds 15] [--concurrency 1,4,8,16] [--tasks click-button,...]
+    python benchmarks/bench_env.py [--seconds 15] [--concurrency 1,4,8,16] [--tasks click-button,...]
 
 Each worker loops: reset a random task with a fresh seed, take random valid actions on visible
 interactive elements (click / fill / select_option) until the page ends the episode or 10 steps, repeat.

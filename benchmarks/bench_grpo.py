@@ -1,7 +1,7 @@
 """GRPO train-step throughput: jaxwebrl's compiled step vs Tunix's GRPO learner step, same model and batch.
 
-  python scripts/bench_grpo.py                       # both sides, prints both and the ratio
-  python scripts/bench_grpo.py --side=ours|tunix|torch   # one side alone
+  python benchmarks/bench_grpo.py                       # both sides, prints both and the ratio
+  python benchmarks/bench_grpo.py --side=ours|tunix|torch   # one side alone
 
 Tunix needs its own dependencies (tensorflow-datasets, qwix, ...), so it lives in a separate virtual
 environment of this checkout with the same jax/flax versions, made by
@@ -19,7 +19,7 @@ trainer, layers unrolled as its Qwen3 always does.
 
 Timing excludes compilation (warm-up steps) and blocks on the result. Both sides are set up first (Tunix
 in a worker process of its venv), then take turns: `--rounds` rounds of `--steps` steps each, the order
-reversed every round, so load from other jobs hits both alike (scripts/bench_interleave.py). Printed:
+reversed every round, so load from other jobs hits both alike (benchmarks/interleave.py). Printed:
 the median step time of each side and the median over rounds of the per-round ratio.
 """
 
@@ -34,7 +34,7 @@ from typing import Callable
 
 import numpy as np
 
-from bench_interleave import Worker, alternate, serve, summary, timed
+from interleave import Worker, alternate, serve, summary, timed
 
 SHAPE = dict(vocab_size=1024, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2,
              head_dim=32, rope_theta=1e6, rms_norm_eps=1e-6)

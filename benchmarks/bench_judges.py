@@ -14,8 +14,8 @@ written as a HF checkpoint with a tiny tokenizer;
 its answers hold no verdict, so every verdict is judge_error 'unparsable' -- the work per judgment (prompt
 prefill + max_new_tokens decode) is what is measured, not the judge's quality.
 
-  .venv/bin/python scripts/bench_judges.py                 # all sides (sglang needs .venv-sglang)
-  .venv/bin/python scripts/bench_judges.py --skip-sglang
+  .venv/bin/python benchmarks/bench_judges.py                 # all sides (sglang needs .venv-sglang)
+  .venv/bin/python benchmarks/bench_judges.py --skip-sglang
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import os
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,8 @@ from jaxwebrl.judges import (  # noqa: E402
 )
 from jaxwebrl.models import load_tokenizer  # noqa: E402
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config  # noqa: E402
+
+from interleave import await_timed  # noqa: E402
 
 SYSTEM = "You judge web agents. End with Verdict: SUCCESS or Verdict: NOT SUCCESS."
 
@@ -68,11 +69,13 @@ async def throughput(judge: OpenWebRLJudge, trajs: list[Trajectory], concurrency
     for t in trajs:  # warm-up: the whole workload once (XLA compiles per batch shape on both sides)
         queue.submit(t)
     await queue.join()
-    t0 = time.perf_counter()
-    for t in trajs:
-        queue.submit(t)
-    results = await queue.join()
-    dt = time.perf_counter() - t0
+
+    async def judge_all() -> list[Any]:
+        for t in trajs:
+            queue.submit(t)
+        return await queue.join()
+
+    dt, results = await await_timed(judge_all())
     called = sum(v.called for _, v in results)
     return {"trajectories": len(results), "judged_calls": called, "seconds": dt, "traj_per_s": len(results) / dt,
             "mean_reply_chars": sum(len(v.text) for _, v in results) / len(results),
@@ -87,17 +90,18 @@ async def overlap(judge: OpenWebRLJudge, trajs: list[Trajectory], span_s: float,
         await asyncio.sleep(end)
         return t
 
-    t0 = time.perf_counter()
-    await rollout_and_judge([episode(t, e) for t, e in zip(trajs, ends)], JudgeQueue(judge, concurrency=concurrency))
-    overlapped = time.perf_counter() - t0
+    async def overlapped_run() -> None:
+        await rollout_and_judge([episode(t, e) for t, e in zip(trajs, ends)], JudgeQueue(judge, concurrency=concurrency))
 
-    t0 = time.perf_counter()
-    done = await asyncio.gather(*(episode(t, e) for t, e in zip(trajs, ends)))
-    queue = JudgeQueue(judge, concurrency=concurrency)
-    for t in done:
-        queue.submit(t)
-    await queue.join()
-    barrier = time.perf_counter() - t0
+    async def barrier_run() -> None:
+        done = await asyncio.gather(*(episode(t, e) for t, e in zip(trajs, ends)))
+        queue = JudgeQueue(judge, concurrency=concurrency)
+        for t in done:
+            queue.submit(t)
+        await queue.join()
+
+    overlapped, _ = await await_timed(overlapped_run())
+    barrier, _ = await await_timed(barrier_run())
     return {"rollout_span_s": span_s, "overlapped_s": overlapped, "barrier_s": barrier,
             "barrier_over_overlapped": barrier / overlapped}
 

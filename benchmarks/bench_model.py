@@ -1,12 +1,12 @@
 """Forward+backward tokens/s: our Flax decoder (jitted) vs transformers on PyTorch, same config, same CPU.
 
-    python scripts/bench_model.py [--layers 8 --hidden 512 --seq 512 --batch 4 --steps 2 --rounds 5] [--scan_layers]
+    python benchmarks/bench_model.py [--layers 8 --hidden 512 --seq 512 --batch 4 --steps 2 --rounds 5] [--scan_layers]
 
 Both sides compute the mean next-token NLL over the batch and its gradient w.r.t. all parameters, in
 fp32, from the same weights (ours are exported and loaded by transformers). Ours runs with layers unrolled
 (the main job's setting for small models, jaxwebrl/recipes/local.py; `--scan_layers` for jax.lax.scan over
 layers as the large-model configs use). Both sides are set up and warmed up, then take turns (`--rounds`
-rounds of `--steps` steps, order reversed every round; scripts/bench_interleave.py) so load from other jobs
+rounds of `--steps` steps, order reversed every round; benchmarks/interleave.py) so load from other jobs
 hits both alike. Prints the median step time of each and the median of the per-round ratios.
 """
 
@@ -29,7 +29,7 @@ from jaxwebrl.models import export_hf, forward, init_params, token_logprobs
 from jaxwebrl.models.config import ModelConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_interleave import alternate, summary, timed  # noqa: E402
+from interleave import alternate, summary, timed  # noqa: E402
 
 
 def main() -> None:

@@ -4,14 +4,13 @@ through a page table: one layer's decode attention (one query per slot) over con
 [slots, kv_heads, span, head_dim] vs over pages gathered from a pool by a page table, both jitted by XLA.
 On CPU the gather materialises every slot's pages at every call (no fused paged-attention kernel).
 
-  .venv/bin/python scripts/bench_paged_decode.py [--slots 16 --span 2048 --page 16]
+  .venv/bin/python benchmarks/bench_paged_decode.py [--slots 16 --span 2048 --page 16]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import time
 from typing import Any, Callable
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -20,13 +19,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from interleave import per_step  # noqa: E402
+
 
 def _timed(fn: Callable[..., jax.Array], *args: Any, n: int = 10) -> float:
-    fn(*args).block_until_ready()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn(*args).block_until_ready()
-    return (time.perf_counter() - t0) / n * 1000
+    """Milliseconds per call after one warm-up call."""
+    return per_step(lambda: fn(*args).block_until_ready(), n) * 1000
 
 
 def main() -> None:

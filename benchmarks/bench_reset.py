@@ -1,7 +1,7 @@
 """Episode reset benchmark: MiniWoB++ resets per second with parked contexts (ours) against a fresh context
 per episode (what BrowserGym's reset does), same browser, same tasks and seeds, side by side.
 
-    python scripts/bench_reset.py [--episodes 60] [--concurrency 1,4] [--tasks click-button,...]
+    python benchmarks/bench_reset.py [--episodes 60] [--concurrency 1,4] [--tasks click-button,...]
 
 A reset is `env.reset(task, seed)` up to the first observation (page load, seeded start, element marking),
 then one action so the episode is a real one; each worker plays its share of episodes back to back.
@@ -13,13 +13,14 @@ import argparse
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.miniwob import MiniWoBSuite  # noqa: E402
 from jaxwebrl.browser import BrowserPool, EnvConfig, ObsConfig, PoolConfig  # noqa: E402
+
+from interleave import await_timed  # noqa: E402
 
 TASKS = ["click-button", "click-link", "click-option", "click-tab", "click-checkboxes", "focus-text"]
 CFG = EnvConfig(action_space="bid", obs=ObsConfig(text_mode="axtree", metadata=False))
@@ -36,9 +37,11 @@ async def episodes_per_s(suite: MiniWoBSuite, tasks: list[str], episodes: int, w
                     await env.step("noop(wait_ms=0)")
 
         await worker(0)  # warm the page cache and the JS on both sides alike
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(w) for w in range(workers)))
-        return episodes / (time.perf_counter() - t0)
+        async def all_workers() -> None:
+            await asyncio.gather(*(worker(w) for w in range(workers)))
+
+        seconds, _ = await await_timed(all_workers())
+        return episodes / seconds
 
 
 async def main() -> None:

@@ -1,6 +1,6 @@
 """Episodes per minute of asynchronous vs lock-step collection when environment time is waiting (web latency).
 
-    python scripts/bench_rollout.py [--contexts 8 32 128] [--episodes-per-context 2] [--max-steps 4]
+    python benchmarks/bench_rollout.py [--contexts 8 32 128] [--episodes-per-context 2] [--max-steps 4]
                                     [--latency lognormal:median=1.0,p90=3.0,max=20 | webgym] [--group-size 1]
 
 Workload: the local sites (shop, wiki) serve every page after a heavy-tailed server-side delay
@@ -38,7 +38,7 @@ from typing import Any, Sequence
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import numpy as np
 
@@ -192,7 +192,7 @@ def main() -> None:
     ap.add_argument("--latency", default="lognormal:median=1.0,p90=3.0,max=20",
                     help="page waits (envs/sites/latency.py): a lognormal spec, a preset ('webgym': p90 10 s, cut at 45 s) or off")
     ap.add_argument("--memory-margin-mb", type=float, default=3000.0, help="free memory a level must leave")
-    ap.add_argument("--json", default="", help="write the measurements here (scripts/sim_rollout.py --measured)")
+    ap.add_argument("--json", default="", help="write the measurements here (benchmarks/sim_rollout.py --measured)")
     args = ap.parse_args()
     args.page_latency = PageLatency.parse(args.latency)
     with tempfile.TemporaryDirectory() as d:

@@ -5,7 +5,7 @@ processor outputs (the checkpoint's image processor and placeholder expansion), 
 every request generates exactly --new-tokens. Each side runs the workload once to warm up (XLA compiles,
 torch allocations) and once timed. Prints both, the ratio, and whether the greedy tokens agree.
 
-  .venv/bin/python scripts/bench_vl_engine.py [--arch qwen3_vl --requests 8 --slots 4 --new-tokens 32 --image 210x160]
+  .venv/bin/python benchmarks/bench_vl_engine.py [--arch qwen3_vl --requests 8 --slots 4 --new-tokens 32 --image 210x160]
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import io
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,6 +30,8 @@ from PIL import Image  # noqa: E402
 from jaxwebrl.engines import ImageInput, JaxEngine, SamplingParams  # noqa: E402
 from jaxwebrl.models.processor import load_processor  # noqa: E402
 from jaxwebrl.models.vl_tiny import make_tiny_vl_checkpoint  # noqa: E402
+
+from interleave import await_timed, call_timed  # noqa: E402
 
 
 def main() -> None:
@@ -68,11 +69,9 @@ def main() -> None:
 
     async def jax_side() -> tuple[float, list[list[int]]]:
         await run_jax()  # warm-up: compiles
-        t0 = time.perf_counter()
-        toks = await run_jax()
-        dt = time.perf_counter() - t0
+        timed_run = await await_timed(run_jax())
         await engine.close()
-        return dt, toks
+        return timed_run
 
     jax_time, jax_tokens = asyncio.run(jax_side())
 
@@ -85,9 +84,7 @@ def main() -> None:
                                   pad_token_id=cfg.text.pad_token_id)
 
     torch_run()  # warm-up
-    t0 = time.perf_counter()
-    out = torch_run()
-    torch_time = time.perf_counter() - t0
+    torch_time, out = call_timed(torch_run)
     torch_tokens = out[:, batch["input_ids"].shape[1]:].tolist()
 
     n = args.requests * args.new_tokens

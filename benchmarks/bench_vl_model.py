@@ -1,6 +1,6 @@
 """Forward+backward tokens/s of the Flax VL model (jitted) vs transformers on PyTorch, one image per sample.
 
-    python scripts/bench_vl_model.py [--arch qwen3_vl|qwen2_5_vl --batch 4 --steps 10 --image 210x160 --threads=1]
+    python benchmarks/bench_vl_model.py [--arch qwen3_vl|qwen2_5_vl --batch 4 --steps 10 --image 210x160 --threads=1]
 
 Same tiny random checkpoint on both sides (ours exported, transformers loads it), same processor outputs
 (the checkpoint's own image processor and placeholder expansion), fp32. Both compute the mean next-token
@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import tempfile
-import time
+from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -31,6 +31,8 @@ import transformers
 from jaxwebrl.models import token_logprobs, vl
 from jaxwebrl.models.processor import load_processor
 from jaxwebrl.models.vl_tiny import make_tiny_vl_checkpoint
+
+from interleave import per_step
 
 
 def main() -> None:
@@ -70,13 +72,12 @@ def main() -> None:
         return -(token_logprobs(logits[:, :-1], targets) * weights).sum() / weights.sum()
 
     step = jax.jit(jax.value_and_grad(loss_fn))
-    loss, grads = step(params, x)
-    jax.block_until_ready(grads)  # compile
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        loss, grads = step(params, x)
-        jax.block_until_ready(grads)
-    jax_time = (time.perf_counter() - t0) / args.steps
+
+    def jax_step() -> tuple[jax.Array, Any]:
+        return jax.block_until_ready(step(params, x))
+
+    loss, _ = jax_step()  # compile
+    jax_time = per_step(jax_step, args.steps, warmup=0)
 
     model.train()
     tmask = torch.tensor(mask[:, 1:] * mask[:, :-1], dtype=torch.float32)
@@ -91,10 +92,7 @@ def main() -> None:
         return loss_t.item()
 
     torch_loss = torch_step()  # warm-up
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        torch_step()
-    torch_time = (time.perf_counter() - t0) / args.steps
+    torch_time = per_step(torch_step, args.steps, warmup=0)
 
     n_params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(params))
     jax_tps, torch_tps = tokens_count / jax_time, tokens_count / torch_time

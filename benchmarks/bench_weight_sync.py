@@ -11,9 +11,9 @@ load, or export + restart until healthy), the first request after it, and for th
 split (drain / load / flush, from the server's reply) and the export alone (the cost of crossing the process
 boundary: the trainer writes safetensors, the server reads them).
 
-  .venv/bin/python scripts/bench_weight_sync.py                        # tiny Qwen3 (the test model)
-  .venv/bin/python scripts/bench_weight_sync.py --model mid --reloads 3 --restarts 1   # 0.29B, bf16
-  .venv/bin/python scripts/bench_weight_sync.py --export-dir /dev/shm/jaxwebrl_sync   # exports in RAM
+  .venv/bin/python benchmarks/bench_weight_sync.py                        # tiny Qwen3 (the test model)
+  .venv/bin/python benchmarks/bench_weight_sync.py --model mid --reloads 3 --restarts 1   # 0.29B, bf16
+  .venv/bin/python benchmarks/bench_weight_sync.py --export-dir /dev/shm/jaxwebrl_sync   # exports in RAM
 
 Server flags are sglang-jax's defaults plus the CPU limits (precompile on: a restart pays it, as in a run);
 `--server-args=--disable-precompile` moves the compile of each shape to its first request instead (the

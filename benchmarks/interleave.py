@@ -1,7 +1,13 @@
-"""Interleaved timing for the benchmarks: the sides of a comparison take turns in rounds (order reversed
-every round), so load from other jobs on a shared machine hits every side alike and their ratio stays
-meaningful. A side is a callable `run(n) -> seconds for n steps`; a side that needs another interpreter
-(Tunix's venv) runs in a `Worker` process that times its steps when asked.
+"""The benchmarks' one timing helper. Every comparison times its sides with these, so each side's clock
+starts and stops at the same place:
+
+- `call_timed(fn)` / `await_timed(awaitable)`: seconds of one call (or awaited run) and its result;
+- `per_step(step, n, warmup)`: seconds per call of a one-step callable after untimed warm-up calls;
+- interleaved rounds: the sides of a comparison take turns (`alternate`, order reversed every round), so
+  load from other jobs on a shared machine hits every side alike and their ratio stays meaningful
+  (`summary`). A side is a callable `run(n) -> seconds for n steps` (`timed` makes one from a one-step
+  callable); a side that needs another interpreter (Tunix's venv) runs in a `Worker` process that times
+  its steps when asked (`serve`).
 
 Worker protocol (lines on the child's stdin/stdout; other output is ignored):
   child -> parent  `BENCH-WORKER READY <json>`      after setup and warm-up (json: anything to report)
@@ -16,9 +22,31 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 
 PREFIX = "BENCH-WORKER "
+T = TypeVar("T")
+
+
+def call_timed(fn: Callable[[], T]) -> tuple[float, T]:
+    """Seconds one call of `fn` takes (it must block until its result is ready), and the result."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+async def await_timed(run: Awaitable[T]) -> tuple[float, T]:
+    """Seconds from now until `run` (a coroutine not yet started) completes, and its result."""
+    t0 = time.perf_counter()
+    out = await run
+    return time.perf_counter() - t0, out
+
+
+def per_step(step: Callable[[], Any], n: int, warmup: int = 1) -> float:
+    """Seconds per call of `step` over `n` timed calls, after `warmup` untimed ones (compiles, caches)."""
+    for _ in range(warmup):
+        step()
+    return timed(step)(n) / n
 
 
 def timed(step: Callable[[], Any]) -> Callable[[int], float]:

@@ -1,9 +1,9 @@
 """Asynchronous vs lock-step collection at the papers' scale, by the discrete-event model of
 `jaxwebrl.rollout.sim`, calibrated on this machine's measurements and checked against WebGym's report.
 
-    python scripts/sim_rollout.py [--measured runs/bench_rollout.json] [--gen-s 3.0] [--seeds 3]
+    python benchmarks/sim_rollout.py [--measured runs/bench_rollout.json] [--gen-s 3.0] [--seeds 3]
 
-1. Local check (with `--measured`, the JSON `scripts/bench_rollout.py --json` writes): each measured level is
+1. Local check (with `--measured`, the JSON `benchmarks/bench_rollout.py --json` writes): each measured level is
    simulated with what was measured there (cores the run got, browser CPU per reset/step, the engine's time
    per request, the same page-latency distribution, episode lengths and counts), and the predicted
    episodes/min of both modes are printed beside the measured ones.
@@ -128,7 +128,7 @@ def webgym_check(gen_s: float, seeds: int, median: float, p90: float, cap: float
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--measured", default="", help="JSON from scripts/bench_rollout.py --json (local check)")
+    ap.add_argument("--measured", default="", help="JSON from benchmarks/bench_rollout.py --json (local check)")
     ap.add_argument("--gen-s", type=float, default=3.0, help="seconds per policy request at WebGym's scale (assumed)")
     ap.add_argument("--median", type=float, default=1.0, help="page wait median, s")
     ap.add_argument("--p90", type=float, default=3.0, help="page wait 90th percentile, s")

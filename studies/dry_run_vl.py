@@ -2,7 +2,7 @@
 """Ahead-of-time compile of the vision-language train step at the papers' shapes on fake CPU devices;
 prints per-device memory. Nothing is allocated (abstract params and batch).
 
-  XLA_FLAGS=--xla_force_host_platform_device_count=8 .venv/bin/python scripts/dry_run_vl.py \
+  XLA_FLAGS=--xla_force_host_platform_device_count=8 .venv/bin/python studies/dry_run_vl.py \
       --model Qwen3-VL-4B-Instruct --seq-len 32768 --micro-batch 8 --attention splash
 
 OpenWebRL: Qwen3-VL-4B, 32,768 context, one 1280x720 screenshot per turn sample (the release processor

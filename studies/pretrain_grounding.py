@@ -12,7 +12,7 @@ this pretrained policy, not a fresh one).
 
     # the demonstrations and fresh init of a run with the same settings (its bc/ and rl/ are not copied)
     mkdir -p runs/g && cp -r runs/grpo_local/policy_init runs/grpo_local/demonstrations.jsonl runs/g/
-    python scripts/pretrain_grounding.py --config configs/grpo_local.py --config.workdir=runs/g   # 40k pages, 1500 steps
+    python studies/pretrain_grounding.py --config configs/grpo_local.py --config.workdir=runs/g   # 40k pages, 1500 steps
     python scripts/train.py --config configs/grpo_local.py --config.workdir=runs/g                # BC, RL, report
 
 Pass the same --config overrides to both commands (env.ids_after_names, bc.rationale, bc.seq_len ...).

@@ -10,8 +10,8 @@ path. For the first action it also says which element the greedy answer points a
 role and name (equally right on click-button, whose duplicate buttons all count) or only the same role. A
 policy that does not read the page answers each task's frequent ids whatever the page; `ids` shows them.
 
-    python scripts/probe_demonstrated.py --policy runs/grpo_local/bc/hf --policy runs/grpo_local/rl/hf
-    python scripts/probe_demonstrated.py --policy runs/grpo_local/rl/checkpoints --seeds 20 --json probe.json
+    python studies/probe_demonstrated.py --policy runs/grpo_local/bc/hf --policy runs/grpo_local/rl/hf
+    python studies/probe_demonstrated.py --policy runs/grpo_local/rl/checkpoints --seeds 20 --json probe.json
 
 --policy takes a HuggingFace directory or a run's Orbax checkpoint directory (its latest step is exported
 beside it); the paired table compares each policy with the ones before it on the same demonstrations.

@@ -16,8 +16,8 @@ checkpoint, greedy, for a short and a long prompt (default 256 and 4096 random t
 and how many greedy tokens the server and the JaxEngine agree on. Max and mean |delta logprob| over the
 generated tokens.
 
-  .venv/bin/python scripts/sglang_logprob_parity.py                       # 256 and 4096-token prompts
-  .venv/bin/python scripts/sglang_logprob_parity.py --lengths 4096 --dtype bfloat16
+  .venv/bin/python studies/sglang_logprob_parity.py                       # 256 and 4096-token prompts
+  .venv/bin/python studies/sglang_logprob_parity.py --lengths 4096 --dtype bfloat16
 """
 
 from __future__ import annotations

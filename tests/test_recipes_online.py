@@ -200,7 +200,7 @@ def test_eval_script_evaluates_hf_and_orbax_checkpoints(quick_run, tmp_path):
 
 
 def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
-    """scripts/probe_demonstrated.py against an independent path: the JaxEngine's greedy generation on each
+    """studies/probe_demonstrated.py against an independent path: the JaxEngine's greedy generation on each
     demonstration prompt writes the probe's first answer token, and the demonstrated response exactly when
     the probe passes the turn."""
     import asyncio
@@ -217,7 +217,7 @@ def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
     bc = Path(cfg.workdir) / "bc" / "hf"
     cache, out = tmp_path / "demos.pkl", tmp_path / "probe.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "probe_demonstrated.py"), "--policy", str(bc), "--seeds", "2",
+        [sys.executable, str(ROOT / "studies" / "probe_demonstrated.py"), "--policy", str(bc), "--seeds", "2",
          "--cache", str(cache), "--json", str(out), "--config.quick=true", "--config.env.contexts_per_browser=4"],
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-3000:]
