@@ -3,7 +3,7 @@
     python scripts/train.py --config configs/grpo_local.py                    # full run (<= 30 min, 2 cores)
     python scripts/train.py --config configs/grpo_local.py --config.quick=true  # smoke run (<= 5 min)
 
-Stages (jaxwebrl/recipes/main_job.py): scripted solvers make demonstrations on training seeds -> a BPE
+Stages (jaxwebrl/main_job/stages.py): scripted solvers make demonstrations on training seeds -> a BPE
 tokenizer and a small Qwen3-style model are built from scratch -> behaviour cloning (SFT) -> WebAgent-R1
 M-GRPO with real Chromium, the JaxEngine and asynchronous group rollouts -> greedy evaluation of random / BC
 / RL on held-out seeds -> report.md, plots, TensorBoard logs, HF export. An interrupted run resumes per stage.

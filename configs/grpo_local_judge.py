@@ -8,7 +8,7 @@ masks the episode.
     python scripts/train.py --config configs/grpo_local_judge.py [--config.quick=true]
 """
 
-from jaxwebrl.recipes.config_files import sibling_config
+from jaxwebrl.config import sibling_config
 
 
 def get_config():

@@ -7,8 +7,8 @@ A tiny Qwen3-VL (the main job's 4-layer text decoder under a 2-block vision towe
 BPE tokenizer with the Qwen vision tokens and a transformers Qwen-VL image processor, all built here) sees
 MiniWoB++ only as a 160 x 210 screenshot of the task area (`env.screenshot`, `env.text_mode='none'`: no HTML,
 no accessibility tree; the goal is the task text, as in OpenWebRL's prompt) and acts with OpenWebRL's tools
-at 0..1000 coordinates. Stages (jaxwebrl/recipes/main_job.py): the scripted solvers' steps written as
-box-centre clicks (recipes/demo_actions.py) -> tokenizer, processor and initial model -> behaviour cloning
+at 0..1000 coordinates. Stages (jaxwebrl/main_job/stages.py): the scripted solvers' steps written as
+box-centre clicks (demos/actions.py) -> tokenizer, processor and initial model -> behaviour cloning
 on the demonstrations with their screenshots -> MM-GRPO (OpenWebRL's recipe: per-turn samples with the
 exact rollout context, asymmetric clip, PPO epochs, dynamic sampling; the last screenshot as an image,
 `last_k_screenshots` with K = 1) with the JaxEngine running the vision encoder in prefill -> greedy

@@ -7,15 +7,15 @@ majority-class baseline (report.md, calibration.png), and the judge is exported 
         --config.policy=runs/grpo_local/bc/hf [--config.quick=true]
 
 `policy_run` is the main job's config (configs/grpo_local.py): its tasks, browser and agent settings are the
-ones the BC policy was trained with. Every other field is `jaxwebrl.recipes.judge_training.JudgeTrainingConfig`.
+ones the BC policy was trained with. Every other field is `jaxwebrl.judge_training.verifier.JudgeTrainingConfig`.
 """
 
 import dataclasses
 
 import ml_collections
 
-from jaxwebrl.recipes.config_files import sibling_config
-from jaxwebrl.recipes.judge_training import JudgeTrainingConfig
+from jaxwebrl.config import sibling_config
+from jaxwebrl.judge_training.verifier import JudgeTrainingConfig
 
 
 def get_config():

@@ -8,15 +8,15 @@ exported to HuggingFace (`labeler_hf/`), usable as `nnetnav.labeler_path`.
         --config.policy=runs/grpo_local/bc/hf [--config.quick=true]
 
 `policy_run` is the main job's config (configs/grpo_local.py): its tasks (the demonstrated ones are labelled),
-browser and agent settings. Every other field is `jaxwebrl.recipes.labeler_training.LabelerTrainingConfig`.
+browser and agent settings. Every other field is `jaxwebrl.judge_training.labeler.LabelerTrainingConfig`.
 """
 
 import dataclasses
 
 import ml_collections
 
-from jaxwebrl.recipes.config_files import sibling_config
-from jaxwebrl.recipes.labeler_training import LabelerTrainingConfig
+from jaxwebrl.config import sibling_config
+from jaxwebrl.judge_training.labeler import LabelerTrainingConfig
 
 
 def get_config():

@@ -2,7 +2,7 @@
 configs/nnetnav_explore.py on the main job's twelve MiniWoB++ tasks (six have no scripted solver: there NNetNav
 is the only source of data), with
 
-- the summariser by rule (`summarizer='page_diff'`, jaxwebrl/recipes/nnetnav_summary.py),
+- the summariser by rule (`summarizer='page_diff'`, jaxwebrl/nnetnav/summary.py),
 - the labeler trained here (`labeler_path`: configs/labeler_local.py -> runs/labeler_local/labeler_hf),
 - the ORM = the verifier trained here (`judge.kind='verifier'`: configs/judge_local.py -> runs/judge_local/judge_hf;
   SUCCESS accepts the prefix),
@@ -18,7 +18,7 @@ the same steps and seed) and a greedy evaluation on held-out seeds (scripts/comp
 has the commands and the result.
 """
 
-from jaxwebrl.recipes.config_files import sibling_config, sibling_module
+from jaxwebrl.config import sibling_config, sibling_module
 
 
 def get_config():

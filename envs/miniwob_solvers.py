@@ -1,12 +1,12 @@
 """Scripted MiniWoB++ solvers, for tests and for behaviour-cloning demonstrations. A solver reads the goal
 and the observation's marked elements and returns the whole plan as `Step`s (these tasks are single-page,
-and element ids are stable within an episode); `jaxwebrl.recipes.demo_actions.write_step` writes each step
+and element ids are stable within an episode); `jaxwebrl.demos.actions.write_step` writes each step
 in the episode's action grammar (webarena, webagent_r1, bid or openwebrl coordinates).
 
 `plan(task, goal, elements)` gives steps that solve the task; `wrong_plan(...)` gives plausible but wrong
 steps (a different target or text) that must fail: useful as negative examples. `plan_text` writes either
 for one grammar in one go against the first observation (MiniWoB++ pages keep their ids); demonstrations
-resolve each step on the live page instead (`recipes.demos.collect_demonstrations`).
+resolve each step on the live page instead (`demos.collect.collect_demonstrations`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from typing import Callable, Sequence
 
 from jaxwebrl.browser.marking import Element
-from jaxwebrl.recipes.demo_actions import Step, write_step
+from jaxwebrl.demos.actions import Step, write_step
 
 SOLVABLE = ("click-button", "click-link", "enter-text", "click-checkboxes", "login-user", "choose-list",
             "focus-text", "click-option", "click-tab")

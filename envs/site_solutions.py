@@ -3,8 +3,8 @@ ids change with every navigation, so steps name their target by role and accessi
 ("click", role, name), ("type", role, name, text, enter), ("select", role, name, option), ("back",),
 ("see", text) = the text must be visible on the page now (a check, and a fact the agent notes), ("stop", answer).
 
-`plan(task_id, goal, elements)` turns them into `jaxwebrl.recipes.demo_actions.Step`s, which
-`recipes.demos.collect_demonstrations` writes in the run's action grammar: local-site demonstrations for
+`plan(task_id, goal, elements)` turns them into `jaxwebrl.demos.actions.Step`s, which
+`demos.collect.collect_demonstrations` writes in the run's action grammar: local-site demonstrations for
 behaviour cloning in every paper's format.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from jaxwebrl.recipes.demo_actions import Step
+from jaxwebrl.demos.actions import Step
 
 
 SOLUTIONS: dict[str, list[tuple]] = {

@@ -20,9 +20,11 @@ into a `RunConfig` of frozen dataclasses, one per section, each defined next to 
 | agent      | AgentConfig        | jaxwebrl.agent.episode         |
 | rollout    | RolloutConfig      | jaxwebrl.rollout.config        |
 | engine     | EngineConfig       | jaxwebrl.engines.config        |
-| reward, rl, bc, report | RewardConfig, RLConfig, BCConfig, ReportConfig | jaxwebrl.recipes.config |
+| reward     | RewardConfig       | jaxwebrl.recipes.config        |
+| rl, bc, report | RLConfig, BCConfig, ReportConfig | jaxwebrl.main_job.config |
 | reward.judge | JudgeConfig     | jaxwebrl.judges.config         |
 | viewer     | ViewerConfig       | jaxwebrl.viewer.config         |
+| nnetnav    | NNetNavConfig      | jaxwebrl.nnetnav.config        |
 
 Each section checks its own fields (choices come from its package's registries); this module adds the
 section's path to the message, rejects unknown fields with "did you mean", and checks what spans sections
@@ -34,8 +36,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import os
 import typing
+from types import ModuleType
 from typing import Any, Collection, Mapping, Sequence
 
 import ml_collections
@@ -45,9 +49,11 @@ from jaxwebrl.browser.config import BrowserConfig, EnvConfig
 from jaxwebrl.data.config import DataConfig
 from jaxwebrl.engines.config import EngineConfig
 from jaxwebrl.fields import ConfigError, FieldError, with_changes
+from jaxwebrl.main_job.config import BCConfig, ReportConfig, RLConfig
 from jaxwebrl.models.attention import check_attention_fits
 from jaxwebrl.models.setup import ModelSetup
-from jaxwebrl.recipes.config import BCConfig, ReportConfig, RewardConfig, RLConfig
+from jaxwebrl.nnetnav.config import NNetNavConfig
+from jaxwebrl.recipes.config import RewardConfig
 from jaxwebrl.recipes.papers import get_recipe, recipe_names
 from jaxwebrl.rollout.config import RolloutConfig, TasksConfig
 from jaxwebrl.sharding import MeshConfig, ShardingError
@@ -57,10 +63,9 @@ from jaxwebrl.train.losses import LossConfig
 from jaxwebrl.train.metrics import HardwareConfig, LogConfig
 from jaxwebrl.train.optim import OptimConfig
 from jaxwebrl.viewer.config import ViewerConfig
-from jaxwebrl.recipes.nnetnav_config import NNetNavConfig
 
 __all__ = ["ConfigError", "RunConfig", "SECTIONS", "apply_variants", "command_line_fields", "default_config",
-           "parse_config", "validate_config", "with_changes"]
+           "parse_config", "sibling_config", "sibling_module", "validate_config", "with_changes"]
 
 SECTIONS: dict[str, type] = {
     "mesh": MeshConfig, "model": ModelSetup, "data": DataConfig, "train": TrainConfig, "loss": LossConfig,
@@ -304,3 +309,24 @@ def _check_paths(run: RunConfig) -> None:
     if run.checkpoint.resume and not has_checkpoint(run.checkpoint_dir):
         raise ConfigError(f"config.checkpoint.resume: is true but {run.checkpoint_dir!r} holds no checkpoint; set "
                           "checkpoint.dir (or workdir) to a run that saved one, or resume=false")
+
+
+# ---- config files that build on another config file beside them (an overlay, not a copy) ------------------
+# e.g. configs/grpo_local_judge.py is configs/grpo_local.py with the reward from a judge.
+
+
+def sibling_module(here: str, name: str) -> ModuleType:
+    """The config module `name` (e.g. 'grpo_local') in the folder of the file `here` (a config's __file__)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(here)), f"{name}.py")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config {name!r} not found at {path}: the overlay needs it beside {here}")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sibling_config(here: str, name: str) -> Any:
+    """`get_config()` of the config file `name` beside `here`."""
+    return sibling_module(here, name).get_config()

@@ -7,7 +7,7 @@
 `train(config)` runs the mode `data.kind` names through the one training loop (`jaxwebrl.train.loop`):
 `sft` streams demonstration files (or a synthetic set) through the Grain pipeline, one optimizer step per
 round; `trajectories` trains on saved rollouts in batches of whole groups with the recipe's filters and
-advantages; `online` runs the main job (`jaxwebrl.recipes.main_job`: behaviour cloning, RL with real
+advantages; `online` runs the main job (`jaxwebrl.main_job.stages`: behaviour cloning, RL with real
 browsers and the engine, the evaluation report).
 """
 
@@ -35,7 +35,7 @@ def train(config: object, explicit: Collection[str] = ()) -> dict[str, float]:
         config = parse_config(apply_variants(config, explicit))  # type: ignore[arg-type]
     validate_config(config, len(jax.devices()))
     if config.data.kind == "online":
-        from jaxwebrl.recipes.main_job import run_main_job
+        from jaxwebrl.main_job.stages import run_main_job
 
         return run_main_job(config)
     return train_offline(config)

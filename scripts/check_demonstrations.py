@@ -20,7 +20,7 @@ from envs.local_sites import LocalSitesSuite  # noqa: E402
 from envs.miniwob import MiniWoBSuite  # noqa: E402
 from envs.miniwob_solvers import SOLVABLE, plan  # noqa: E402
 from jaxwebrl.browser import BrowserPool, EnvConfig, PoolConfig  # noqa: E402
-from jaxwebrl.recipes.demos import collect_demonstrations  # noqa: E402
+from jaxwebrl.demos.collect import collect_demonstrations  # noqa: E402
 
 PAIRS = (("webarena", "browseragent"), ("webagent_r1", "webagent_r1"), ("bid", "bid"), ("openwebrl", "openwebrl"))
 

@@ -58,9 +58,9 @@ async def evaluate_policies(run, policies: dict[str, str], eval_seeds: int, atte
     loads stays a failure and is counted in `terminations['env_error']`."""
     from jaxwebrl.browser.pool import BrowserPool
     from jaxwebrl.engines.jax_engine import JaxEngine
+    from jaxwebrl.evaluation.evaluate import EvalReport, evaluate
     from jaxwebrl.models import load_tokenizer
-    from jaxwebrl.recipes.evaluate import EvalReport, evaluate
-    from jaxwebrl.recipes.online import make_suite, split_tasks
+    from jaxwebrl.rollout.suites import make_suite, split_tasks
 
     suite = make_suite(run)
     reports = {}
@@ -111,9 +111,9 @@ def main(argv: list[str]) -> None:
     sys.path.insert(0, ROOT)
     from jaxwebrl.config import parse_config
     from jaxwebrl.data.records import read_trajectories
-    from jaxwebrl.recipes.evaluate import EvalReport
-    from jaxwebrl.recipes.judge_loop import agreement_section, judge_rollouts, offline_matches_online
-    from jaxwebrl.recipes.report import demonstration_subsets, paired_table, success_table, write_report
+    from jaxwebrl.evaluation.evaluate import EvalReport
+    from jaxwebrl.evaluation.report import demonstration_subsets, paired_table, success_table, write_report
+    from jaxwebrl.judge_training.judge_loop import agreement_section, judge_rollouts, offline_matches_online
 
     run = parse_config(_CONFIG.value)
     out = Path(_OUT.value)

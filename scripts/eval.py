@@ -43,8 +43,8 @@ def main(argv: list[str]) -> None:
     del argv
     sys.path.insert(0, ROOT)
     from jaxwebrl.config import parse_config
-    from jaxwebrl.recipes.main_job import evaluate_checkpoints
-    from jaxwebrl.recipes.report import paired_table, success_table, write_report
+    from jaxwebrl.evaluation.report import paired_table, success_table, write_report
+    from jaxwebrl.main_job.stages import evaluate_checkpoints
 
     cfg = _CONFIG.value
     if _SUITE.value:

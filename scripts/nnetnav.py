@@ -3,7 +3,7 @@
     python scripts/nnetnav.py --config configs/nnetnav_explore.py [--stages explore,relabel]
     python scripts/nnetnav.py --config configs/nnetnav_explore.py --config.local=true --config.nnetnav.seeds=0:10
 
-The config is a run config whose `nnetnav` section (jaxwebrl/recipes/nnetnav_config.py NNetNavConfig) holds
+The config is a run config whose `nnetnav` section (jaxwebrl/nnetnav/config.py NNetNavConfig) holds
 the pipeline's settings; its local / quick variants overlay it like any other section.
 """
 
@@ -21,8 +21,8 @@ from absl import app, flags  # noqa: E402
 from ml_collections import ConfigDict, config_flags  # noqa: E402
 
 from jaxwebrl.config import apply_variants, command_line_fields, parse_config  # noqa: E402
-from jaxwebrl.recipes.nnetnav_config import NNetNavConfig  # noqa: E402
-from jaxwebrl.recipes.nnetnav_run import run_pipeline  # noqa: E402
+from jaxwebrl.nnetnav.config import NNetNavConfig  # noqa: E402
+from jaxwebrl.nnetnav.pipeline import run_pipeline  # noqa: E402
 
 def split_config(cfg: ConfigDict, explicit: Collection[str] = ()) -> tuple[Any, NNetNavConfig]:
     """(RunConfig, its `nnetnav` section) with the local / quick variants applied; command-line fields win."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare the virtual environment that runs Tunix (google-tunix), the peer that scripts/bench_grpo.py
+# Prepare the virtual environment that runs Tunix (google-tunix), the peer that benchmarks/bench_grpo.py
 # measures our GRPO step against. Tunix brings its own dependencies (tensorflow-datasets, qwix, ...) that
 # jaxwebrl does not need, so it lives in its own venv, by default <repo>/.venv-tunix (git-ignored;
 # override: TUNIX_VENV=/path), with the same jax / flax / optax / orbax versions as jaxwebrl so both sides

@@ -1,5 +1,5 @@
-"""Train a judge here: the verifier (issue 21 item 4; jaxwebrl/recipes/judge_training.py) or NNetNav's
-trajectory labeler (issue 23 item 3; jaxwebrl/recipes/labeler_training.py), by the config's `kind`:
+"""Train a judge here: the verifier (issue 21 item 4; jaxwebrl/judge_training/verifier.py) or NNetNav's
+trajectory labeler (issue 23 item 3; jaxwebrl/judge_training/labeler.py), by the config's `kind`:
 
     python scripts/train_judge.py --config configs/judge_local.py --config.policy=runs/grpo_local/bc/hf
     python scripts/train_judge.py --config configs/judge_local.py --config.quick=true
@@ -26,10 +26,10 @@ KINDS = ("verifier", "labeler")
 def schema(kind: str) -> type:
     """The training config class of a `kind`."""
     if kind == "labeler":
-        from jaxwebrl.recipes.labeler_training import LabelerTrainingConfig
+        from jaxwebrl.judge_training.labeler import LabelerTrainingConfig
 
         return LabelerTrainingConfig
-    from jaxwebrl.recipes.judge_training import JudgeTrainingConfig
+    from jaxwebrl.judge_training.verifier import JudgeTrainingConfig
 
     return JudgeTrainingConfig
 
@@ -81,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     def run_main(_: Sequence[str]) -> None:
         from jaxwebrl.config import command_line_fields
-        from jaxwebrl.recipes.judge_training import JudgeTrainingConfig, train_judge
-        from jaxwebrl.recipes.labeler_training import train_labeler
+        from jaxwebrl.judge_training.labeler import train_labeler
+        from jaxwebrl.judge_training.verifier import JudgeTrainingConfig, train_judge
 
         run, cfg = parse(flag.value, command_line_fields(sys.argv if argv is None else argv))
         if isinstance(cfg, JudgeTrainingConfig):

@@ -146,7 +146,7 @@ def online() -> dict:
     import asyncio
     from pathlib import Path
 
-    from jaxwebrl.recipes.online import OnlineRL
+    from jaxwebrl.main_job.online import OnlineRL
     from jaxwebrl.train.hosts import host_local
     from jaxwebrl.train.loop import fit
     from jaxwebrl.train.trainer import Trainer

@@ -20,8 +20,8 @@ import json
 import re
 from typing import Any, Sequence
 
+from jaxwebrl.demos.collect import answer_text
 from jaxwebrl.engines.base import Generation, SamplingParams
-from jaxwebrl.recipes.demos import answer_text
 
 CLICK = {"webarena": "click [{id}]", "webagent_r1": 'do(action="Click", element="{id}")', "bid": "click('{id}')"}
 IDLE = {"webarena": "scroll [down]", "webagent_r1": 'do(action="Scroll Down")', "bid": "scroll(0, 100)",

@@ -133,7 +133,7 @@ def test_configured_system_prompt_replaces_the_formats(policy, suite):
     """AgentConfig.system_prompt reaches every prompt the engine sees and the BC demonstrations alike."""
     from jaxwebrl.agent.context import StepRecord
     from jaxwebrl.browser.observation import Observation
-    from jaxwebrl.recipes.demos import Demonstration, render_demonstrations
+    from jaxwebrl.demos.collect import Demonstration, render_demonstrations
 
     short = "Answer with one action."
     agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=2, max_format_errors=10,

@@ -132,7 +132,7 @@ def test_quick_variant_keeps_fields_set_on_the_command_line():
 
 
 def test_demonstrated_tasks_default_to_those_with_a_solver_and_bad_names_are_refused():
-    from jaxwebrl.recipes.main_job import demonstrated_task_ids
+    from jaxwebrl.main_job.stages import demonstrated_task_ids
 
     c = _load("grpo_local")
     run_tasks = ["miniwob.click-button", "miniwob.focus-text-2", "miniwob.focus-text"]

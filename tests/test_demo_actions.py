@@ -1,4 +1,4 @@
-"""Scripted steps written per action grammar (recipes/demo_actions.py), checked against each grammar's own
+"""Scripted steps written per action grammar (demos/actions.py), checked against each grammar's own
 parser; openwebrl coordinates are the box centre on 0..1000 and map back inside the box the way the action
 space converts them to CSS pixels."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from jaxwebrl.browser.actions import ParseError, get_action_space
 from jaxwebrl.browser.marking import Element
-from jaxwebrl.recipes.demo_actions import SPACES, Step, write_step
+from jaxwebrl.demos.actions import SPACES, Step, write_step
 
 VIEWPORT = (1280, 720)
 

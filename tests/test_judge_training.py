@@ -49,9 +49,9 @@ def test_verdict_score_is_the_models_next_token_probability(tmp_path) -> None:
     import torch
     import transformers
 
+    from jaxwebrl.judge_training.verifier import Example, prior_corrected, verdict_ids, verdict_scores
     from jaxwebrl.models import load_hf, load_tokenizer
     from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
-    from jaxwebrl.recipes.judge_training import Example, prior_corrected, verdict_ids, verdict_scores
     from judge_fixtures import CORPUS
 
     make_tiny_checkpoint(tmp_path, tiny_config("qwen3"), seed=1, std=0.5, corpus=CORPUS)
@@ -103,8 +103,8 @@ def test_verifier_judge_scores_every_episode_with_the_training_prompt() -> None:
     the Engine protocol answers (the test needs predictable verdicts)."""
     import asyncio
 
+    from jaxwebrl.judge_training.verifier import JudgeTrainingConfig, judge_messages
     from jaxwebrl.judges import EngineBackend, JudgeConfig, VerifierJudge, make_judge
-    from jaxwebrl.recipes.judge_training import JudgeTrainingConfig, judge_messages
     from judge_fixtures import ScriptedEngine, tiny_tokenizer, trajectory
 
     tok = tiny_tokenizer()
@@ -138,7 +138,7 @@ def _rollout(iteration: int, rule: bool, judge: bool | None, task: str = "miniwo
 
 
 def test_judge_vs_rule_agreement_per_iteration_counts_false_positives_by_hand() -> None:
-    from jaxwebrl.recipes.judge_loop import agreement_section, by_iteration, by_task, early_late_test, judged_rollouts
+    from jaxwebrl.judge_training.judge_loop import agreement_section, by_iteration, by_task, early_late_test, judged_rollouts
 
     # iteration 0: (rule, judge) = (T,T) (F,F) (F,F) (T,F); iteration 1: (F,T) (F,T) (T,T) (F,F); plus one judge
     # error and one episode never judged (neither counts)
@@ -166,7 +166,7 @@ def test_judge_vs_rule_agreement_per_iteration_counts_false_positives_by_hand() 
 
 
 def test_labeler_measures_exact_template_and_arguments_by_hand() -> None:
-    from jaxwebrl.recipes.labeler_training import LabeledEpisode, Templates, label_scores, majority_labels, nearest_labels
+    from jaxwebrl.judge_training.labeler import LabeledEpisode, Templates, label_scores, majority_labels, nearest_labels
 
     train = {"click-button": ['Click on the "ok" button.', 'Click on the "Cancel" button.', 'Click on the "no" button.'],
              "focus-text": ["Focus into the textbox."] * 2}
@@ -196,7 +196,7 @@ def test_labeler_training_quick_trains_labels_through_the_engine_and_writes_its_
     from pathlib import Path
 
     from agent_fixtures import tiny_policy
-    from jaxwebrl.recipes.labeler_training import train_labeler
+    from jaxwebrl.judge_training.labeler import train_labeler
 
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("labeler_local", root / "configs" / "labeler_local.py")
@@ -237,11 +237,11 @@ def test_the_judge_offline_decides_each_rollout_from_its_verdict_token(tmp_path)
     verifier's training prompt and decides SUCCESS when P(SUCCESS) >= 0.5 over the two verdict tokens (what
     greedy decoding writes); a rollout too long for the judge is left out; `offline_matches_online` counts
     the run's own verdicts the offline decision reproduces."""
+    from jaxwebrl.judge_training.judge_loop import judge_rollouts, offline_matches_online
+    from jaxwebrl.judge_training.verifier import Example, JudgeTrainingConfig, judge_messages, verdict_scores
+    from jaxwebrl.judges.backends import render_prompt_ids
     from jaxwebrl.models import load_hf, load_tokenizer
     from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
-    from jaxwebrl.recipes.judge_loop import judge_rollouts, offline_matches_online
-    from jaxwebrl.recipes.judge_training import Example, JudgeTrainingConfig, judge_messages, verdict_scores
-    from jaxwebrl.judges.backends import render_prompt_ids
     from judge_fixtures import CORPUS, trajectory
 
     make_tiny_checkpoint(tmp_path, tiny_config("qwen3"), seed=3, std=0.5, corpus=CORPUS)

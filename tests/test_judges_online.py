@@ -83,8 +83,8 @@ def group_norm(rewards: list[float], eps: float) -> list[float]:
 
 async def one_round(run: Any, it: int = 0) -> tuple[Any, Any, list[Any], Any, ScriptedPolicy, dict[str, float]]:
     """One OnlineRL iteration with the scripted policy; returns (rl, round, judged trajectories, ...)."""
+    from jaxwebrl.main_job.online import OnlineRL
     from jaxwebrl.models import load_tokenizer
-    from jaxwebrl.recipes.online import OnlineRL
     from jaxwebrl.train.trainer import Trainer
 
     trainer = Trainer(run, total_steps=4)

@@ -67,8 +67,8 @@ def test_judge_server_killed_mid_run_then_restarted(served: Any, tmp_path: Path)
     mask 0 and are out of the batch, the rest of the round trains as usual; (2) after the restart every
     answered episode is judged again."""
     from jaxwebrl.judges import ChatBackend
+    from jaxwebrl.main_job.online import OnlineRL
     from jaxwebrl.models import load_tokenizer
-    from jaxwebrl.recipes.online import OnlineRL
     from jaxwebrl.train.trainer import Trainer
 
     server = served["server"]

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(3600)  # minutes on a loaded 2-core machine; se
 
 
 def test_visual_local_run_quick(tmp_path: Path) -> None:
-    from jaxwebrl.recipes.main_job import run_main_job
+    from jaxwebrl.main_job.stages import run_main_job
 
     c = apply_variants(load("grpo_local_vl", quick=True))
     c.workdir, c.log.progress, c.report.enabled = str(tmp_path), False, False

@@ -30,13 +30,13 @@ from jaxwebrl.browser import BrowserPool, PoolConfig
 from jaxwebrl.browser.observation import Observation
 from jaxwebrl.engines.base import Generation, SamplingParams
 from jaxwebrl.judges import EngineBackend, JudgeOptions
-from jaxwebrl.recipes.nnetnav import (
-    DemoStore, ExplorationDemo, ExploredStep, NNetNavJudges, explore, explorer_agent, exploration_report, read_demos,
-    relabel,
-)
-from jaxwebrl.recipes.nnetnav_config import NNetNavConfig
-from jaxwebrl.recipes.nnetnav_politeness import Politeness
-from jaxwebrl.recipes.nnetnav_prompts import load_personas, persona_task, stop_messages
+from jaxwebrl.nnetnav.config import NNetNavConfig
+from jaxwebrl.nnetnav.explore import explore, explorer_agent, exploration_report
+from jaxwebrl.nnetnav.judges import NNetNavJudges
+from jaxwebrl.nnetnav.politeness import Politeness
+from jaxwebrl.nnetnav.prompts import load_personas, persona_task, stop_messages
+from jaxwebrl.nnetnav.relabel import relabel
+from jaxwebrl.nnetnav.store import DemoStore, ExplorationDemo, ExploredStep, read_demos
 from recipe_fixtures import ScriptedPolicy
 
 PERSONAS = ["A careful tester who scrolls through every page."]
@@ -485,7 +485,7 @@ def test_driver_with_one_tiny_model_for_every_role(policy, tmp_path):
     flags = {"workdir": str(tmp_path / "run"), "engine.checkpoint": str(model_dir), "engine.max_len": 4096,
              "agent.max_format_errors": 2, "agent.max_new_tokens": 8, "env.contexts_per_browser": 2}
     run, nn = _script().split_config(_load_config("nnetnav_explore", local=True, quick=True, **flags), explicit=set(flags))
-    from jaxwebrl.recipes.nnetnav_run import run_pipeline
+    from jaxwebrl.nnetnav.pipeline import run_pipeline
 
     report = asyncio.run(run_pipeline(run, nn, log=lambda _m: None))
     ex = report["explore"]
@@ -504,7 +504,7 @@ def test_driver_with_one_tiny_model_for_every_role(policy, tmp_path):
 def test_best_of_k_replays_the_instruction_and_keeps_the_orm_best(policy, suite, tmp_path):
     # K = 2: one more agent episode per instruction (the scripted policy clicks the button: one step), scored by
     # the ORM (5 for it). Demo A (ORM 4) is replaced by it; demo B (ORM 5, a tie) keeps the original.
-    from jaxwebrl.recipes.nnetnav import best_of_k
+    from jaxwebrl.nnetnav.relabel import best_of_k
 
     _, _, tok, _ = policy
     judge = RuleJudge(tok, lambda k, t: "Reward: 5" if k == "reward" else standard(k, t))
@@ -577,7 +577,7 @@ def test_an_episode_that_cannot_start_is_recorded_and_the_others_run(policy, sui
 
 
 def test_page_diff_summary_names_the_element_and_the_lines_that_changed():
-    from jaxwebrl.recipes.nnetnav_summary import PageDiffSummarizer, describe_action, page_change
+    from jaxwebrl.nnetnav.summary import PageDiffSummarizer, describe_action, page_change
 
     before = "RootWebArea 'Task'\n\t[12] button 'Submit'\n\t[13] StaticText 'hello'\n\t[14] textbox ''"
     after = "RootWebArea 'Task'\n\t[12] button 'Submit' focused: True\n\t[15] StaticText 'Done'\n\t[14] textbox ''"
@@ -604,7 +604,7 @@ def test_exploration_with_a_labeler_of_its_own_and_the_verifier_as_orm(policy, s
     # answer through the Engine protocol: the verifier accepts the 4-step prefix and rejects the 8-step one.
     from jaxwebrl.judges.nnetnav import TrajectoryLabeler
     from jaxwebrl.judges.verifier import VerifierJudge
-    from jaxwebrl.recipes.nnetnav_summary import PageDiffSummarizer
+    from jaxwebrl.nnetnav.summary import PageDiffSummarizer
 
     _, _, tok, _ = policy
     labeler = RuleJudge(tok, lambda k, t: f"Instruction: scroll down {t} times" if k == "label" else "?")

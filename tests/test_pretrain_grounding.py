@@ -1,4 +1,4 @@
-"""scripts/pretrain_grounding.py's synthetic pages: in both a11y-line formats the goal names exactly the
+"""studies/pretrain_grounding.py's synthetic pages: in both a11y-line formats the goal names exactly the
 element the answer clicks, the rationale is that element's own line head, and ids run 1..n down the page."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("pretrain_grounding", ROOT / "scripts" / "pretrain_grounding.py")
+spec = importlib.util.spec_from_file_location("pretrain_grounding", ROOT / "studies" / "pretrain_grounding.py")
 pg = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(pg)
 

@@ -54,7 +54,7 @@ def paper_config(name: str, workdir: Path, **changes: Any):
 def scripted_run(run, roles: Sequence[str]) -> tuple[list[dict], list[Trajectory], ScriptedPolicy, dict, dict]:
     """Two (run.rl.iterations) iterations of the online loop with the scripted policy. Returns the history, the
     saved rollouts, the policy, and the trainer's params before and after."""
-    from jaxwebrl.recipes.online import OnlineRL
+    from jaxwebrl.main_job.online import OnlineRL
     from jaxwebrl.train.loop import fit
     from jaxwebrl.train.trainer import Trainer
 

@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwebrl.data.records import Trajectory, Turn, write_jsonl
 from jaxwebrl.config import default_config, parse_config, with_changes
-from jaxwebrl.recipes.online import demonstration_samples, demonstrations_to_replay
+from jaxwebrl.data.records import Trajectory, Turn, write_jsonl
+from jaxwebrl.main_job.online import demonstration_samples, demonstrations_to_replay
 from jaxwebrl.train.losses import LossConfig, grpo_loss
 
 

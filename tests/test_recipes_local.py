@@ -48,7 +48,7 @@ def load(name: str, **flags):
 
 def test_local_variant_trains(local_variant, tmp_path):
     name = local_variant
-    from jaxwebrl.recipes.main_job import run_main_job
+    from jaxwebrl.main_job.stages import run_main_job
 
     paper = parse_config(load(name))
     c = apply_variants(load(name, local=True, quick=True))

@@ -35,7 +35,7 @@ def _load_config(name: str):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    from jaxwebrl.recipes.main_job import run_main_job
+    from jaxwebrl.main_job.stages import run_main_job
 
     cfg = _load_config("grpo_local")
     cfg.quick = True
@@ -100,7 +100,7 @@ def test_bc_rows_shorter_than_a_demonstration_are_refused(quick_run, tmp_path):
     """Packing would cut the response off a sample longer than the row: the run stops and names the field."""
     import shutil
 
-    from jaxwebrl.recipes.main_job import behaviour_cloning
+    from jaxwebrl.main_job.stages import behaviour_cloning
 
     cfg, _ = quick_run
     work = tmp_path / "run"
@@ -203,7 +203,7 @@ def test_eval_script_evaluates_hf_and_orbax_checkpoints(quick_run, tmp_path):
 
 
 def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
-    """scripts/probe_demonstrated.py against an independent path: the JaxEngine's greedy generation on each
+    """studies/probe_demonstrated.py against an independent path: the JaxEngine's greedy generation on each
     demonstration prompt writes the probe's first answer token, and the demonstrated response exactly when
     the probe passes the turn."""
     import asyncio
@@ -211,16 +211,16 @@ def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
     import subprocess
     import sys
 
+    from jaxwebrl.demos.collect import render_demonstrations
     from jaxwebrl.engines.base import SamplingParams
     from jaxwebrl.engines.jax_engine import JaxEngine
     from jaxwebrl.models import load_tokenizer
-    from jaxwebrl.recipes.demos import render_demonstrations
 
     cfg, _ = quick_run
     bc = Path(cfg.workdir) / "bc" / "hf"
     cache, out = tmp_path / "demos.pkl", tmp_path / "probe.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "probe_demonstrated.py"), "--policy", str(bc), "--seeds", "2",
+        [sys.executable, str(ROOT / "studies" / "probe_demonstrated.py"), "--policy", str(bc), "--seeds", "2",
          "--cache", str(cache), "--json", str(out), "--config.quick=true", "--config.env.contexts_per_browser=4"],
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jaxwebrl.recipes.evaluate import EvalReport, paired_difference, wilson_interval
-from jaxwebrl.recipes.report import paired_table, write_report
+from jaxwebrl.evaluation.evaluate import EvalReport, paired_difference, wilson_interval
+from jaxwebrl.evaluation.report import paired_table, write_report
 
 
 def _report(results: dict[str, list[int]]) -> EvalReport:
@@ -73,7 +73,7 @@ def test_paired_table_splits_tasks_with_and_without_demonstrations() -> None:
 
 
 def test_demo_subsets_read_the_demonstrated_tasks_from_the_demo_file(tmp_path: Path) -> None:
-    from jaxwebrl.recipes.report import demonstration_subsets as demo_subsets
+    from jaxwebrl.evaluation.report import demonstration_subsets as demo_subsets
 
     demos = tmp_path / "demonstrations.jsonl"
     demos.write_text("".join(json.dumps({"task_id": t, "turns": []}) + "\n" for t in ("a", "a", "b")))
@@ -86,9 +86,9 @@ def test_demo_subsets_read_the_demonstrated_tasks_from_the_demo_file(tmp_path: P
 def test_transformers_check_loads_text_and_vision_language_exports(tmp_path: Path) -> None:
     """The report's proof of export: a text policy loads as a causal LM, a Qwen3-VL policy as an image-text
     model with its processor (the full visual local run failed here once: its report asked for a causal LM)."""
+    from jaxwebrl.evaluation.report import transformers_check
     from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config
     from jaxwebrl.models.vl_tiny import make_tiny_vl_checkpoint
-    from jaxwebrl.recipes.report import transformers_check
 
     make_tiny_checkpoint(tmp_path / "text", tiny_config("qwen3"))
     make_tiny_vl_checkpoint(tmp_path / "vl", "qwen3_vl")

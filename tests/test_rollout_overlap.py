@@ -81,7 +81,7 @@ def run_online(run, engines: list[LoggedScript], trained: list[list[tuple[int, i
     """`fit` of the online loop. Each update first waits until a group of the next batch has finished (the
     overlap is under way), records (sample version, trainer step) of what it trains, and at `crash_round`
     raises `Crash` instead of training."""
-    from jaxwebrl.recipes.online import OnlineRL
+    from jaxwebrl.main_job.online import OnlineRL
     from jaxwebrl.train.loop import fit
     from jaxwebrl.train.trainer import Trainer
 

@@ -144,7 +144,7 @@ class ScriptedVLPolicy(ScriptedPolicy):
 
 
 def test_vl_online_iteration_trains_on_screenshots(policy: dict[str, Any], tmp_path: Path) -> None:
-    from jaxwebrl.recipes.online import OnlineRL
+    from jaxwebrl.main_job.online import OnlineRL
     from jaxwebrl.train.loop import fit
 
     run = _run_config(tmp_path, **{

@@ -1,5 +1,5 @@
 """The trajectory viewer in real Chromium: episodes come from real episodes (real Chromium pages on
-loopback, the real agent loop and `recipes.evaluate`) played by a scripted policy that goes through the
+loopback, the real agent loop and `evaluation.evaluate`) played by a scripted policy that goes through the
 Engine protocol (it reads the prompt and answers with fixed rules, so the test knows what each step did).
 The page is then opened in Chromium with Playwright: it loads, the filters filter, a step shows the right
 action, hostile page text and model output do not run script, and empty / failed runs still render."""
@@ -27,8 +27,8 @@ from jaxwebrl.browser import BrowserPool, EnvConfig, EvalResult, ObsConfig, Pool
 from jaxwebrl.browser.config import DEFAULT_CHROMIUM_ARGS, find_chromium
 from jaxwebrl.browser.session import BrowserSession
 from jaxwebrl.engines.base import Generation, SamplingParams
+from jaxwebrl.evaluation.evaluate import evaluate
 from jaxwebrl.models.tokenizer import train_tokenizer
-from jaxwebrl.recipes.evaluate import evaluate
 from jaxwebrl.viewer import (
     TURN_INFO_KEY,
     ViewerLog,
@@ -152,7 +152,7 @@ AGENT = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=3, 
 @pytest.fixture(scope="module")
 def run(site, tokenizer):
     """Real episodes: two 'training iterations' through run_episode and one evaluation through
-    recipes.evaluate (hostile page, a task the scripted policy solves, one it fails, one whose page is down)."""
+    evaluation.evaluate (hostile page, a task the scripted policy solves, one it fails, one whose page is down)."""
     tasks = [ButtonTask("hostile", f"{site}/hostile.html", "Yes"), ButtonTask("plain-yes", f"{site}/plain.html", "Yes"),
              ButtonTask("plain-no", f"{site}/plain.html", "No"),
              ButtonTask("down", f"http://127.0.0.1:{_free_port()}/gone.html", "Yes")]

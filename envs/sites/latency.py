@@ -17,7 +17,7 @@ and timeouts of 45 s per browser step), so the distribution is an assumption inf
 a fit; change it with `spec` (e.g. 'lognormal:median=0.5,p90=1.5,max=10' or 'off').
 
 The preset 'webgym' (median 1 s, p90 10 s, cut at 45 s) is the tail WebGym's own report implies: 45 s is its
-per-step browser timeout, and scripts/sim_rollout.py reproduces its reported synchronous time (264 min
+per-step browser timeout, and benchmarks/sim_rollout.py reproduces its reported synchronous time (264 min
 against 48.6 asynchronous) only with page waits whose 90th percentile is 10-20 s (BUILD.md, Collection); 10 s
 is the lower end. Live sites with retries, slow third-party resources and timeouts, not a typical page's TTFB.
 

@@ -22,7 +22,7 @@ from jaxwebrl.engines.config import ENGINE_TYPES, EngineConfig
 from jaxwebrl.engines.factory import make_engine
 
 _LAZY = {
-    "JaxEngine": "jaxwebrl.engines.jax_engine", "SchedulerEvent": "jaxwebrl.engines.jax_engine",
+    "JaxEngine": "jaxwebrl.engines.jax_engine", "SchedulerEvent": "jaxwebrl.engines.jax_scheduler",
     "Router": "jaxwebrl.engines.router", "SGLangEngine": "jaxwebrl.engines.sglang_engine",
     "SGLangServer": "jaxwebrl.engines.sglang_server", "ServerStartError": "jaxwebrl.engines.sglang_server",
     "ChatCompletion": "jaxwebrl.engines.openai_engine", "OpenAIChatEngine": "jaxwebrl.engines.openai_engine",

@@ -1,7 +1,7 @@
 """What every importer shares: reading records with their line numbers, errors that name the file, the line
 and the missing field, the source-neutral `Episode`, and its tokenisation into `Trajectory` records.
 
-Tokenisation follows our SFT path (recipes/demos.py `render_demonstrations`): each turn's context is
+Tokenisation follows our SFT path (demos/collect.py `render_demonstrations`): each turn's context is
 rendered with the tokenizer's chat template by `agent.render.PromptRenderer` (earlier assistant messages
 spliced in as their token ids), the response is the source's assistant text encoded without special tokens
 plus the end-of-turn token, so the loss falls on the response and its end-of-turn only.

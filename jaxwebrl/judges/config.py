@@ -20,7 +20,7 @@ from jaxwebrl.judges.backends import ChatBackend, EngineBackend, JudgeBackend, J
 from jaxwebrl.judges.base import TaskSpecLookup
 
 JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "nnetnav_labeler", "browseragent", "verifier")
-# the labeler scores nothing; verifier: the judge trained here (jaxwebrl.recipes.judge_training)
+# the labeler scores nothing; verifier: the judge trained here (jaxwebrl.judge_training.verifier)
 REWARD_JUDGE_KINDS = ("openwebrl", "webgym_rubric", "nnetnav_orm", "browseragent", "verifier")
 JUDGE_ENGINES = ("jax", "sglang", "openai")
 BROWSERAGENT_MODES = ("exact_match", "majority", "em_or_majority")

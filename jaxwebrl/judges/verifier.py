@@ -1,4 +1,4 @@
-"""The judge trained here (`jaxwebrl.recipes.judge_training`, configs/judge_local.py): a generative verifier.
+"""The judge trained here (`jaxwebrl.judge_training.verifier`, configs/judge_local.py): a generative verifier.
 
 It reads the OpenWebRL judge prompt (the instruction, the actions with the environment's feedback, the last
 `num_observations` pages) for *every* episode, not only those that ended with done(answer) (a MiniWoB++

@@ -7,7 +7,7 @@ and the vocabulary projection the largest operand: a strided copy fused into the
 Here the weight gradient is `einsum("btd,btf->df", x, g)`: it comes out in the weight's own layout and only
 the activations x [b*t, d] are transposed. Same math, values equal up to float summation order; the
 forward is the plain einsum. Measured on CPU (BUILD.md, "Benchmarks", 2026-11-26): the decoder's fwd+bwd
-1.37x faster (scripts/bench_model.py), the GRPO train step 1.45x (scripts/bench_grpo.py). On TPU and GPU
+1.37x faster (benchmarks/bench_model.py), the GRPO train step 1.45x (benchmarks/bench_grpo.py). On TPU and GPU
 the compiler picks layouts itself; the backward is the same contraction autodiff would produce.
 """
 

@@ -1,2 +1,3 @@
-"""The papers' recipes (one module each, registered in `registry`), the online RL source, the main job's
-stages, greedy evaluation and the run report."""
+"""The papers' recipes: one module each (webagent_r1, openwebrl, webgym, browseragent, demonstrations_only),
+registered in `registry` and loaded by `papers`; `config` (the `reward` section) and `local` (each paper
+config's laptop-scale variant). The main job that runs them is `jaxwebrl.main_job`."""

@@ -5,9 +5,9 @@ an SGLang fleet, hundreds of iterations; it is checked here by the dry run. Its 
 (`--config.local=true`) keeps what makes it that paper — recipe, context strategy, prompt format, action
 space, loss, normalisation, sample cut, epochs, dynamic sampling, replay, horizons — and swaps the scale:
 a small Qwen3-style model and BPE tokenizer built from scratch, behaviour-cloned on the scripted solvers'
-demonstrations written in the paper's own action grammar (`jaxwebrl.recipes.demo_actions`), then a few
+demonstrations written in the paper's own action grammar (`jaxwebrl.demos.actions`), then a few
 iterations of the paper's online loop with the JaxEngine and real Chromium, then greedy evaluation of
-random / BC / RL on held-out seeds (the main job's stages, `jaxwebrl.recipes.main_job`).
+random / BC / RL on held-out seeds (the main job's stages, `jaxwebrl.main_job.stages`).
 
     python -m jaxwebrl --config configs/grpo_openwebrl.py --config.local=true
     python -m jaxwebrl --config configs/grpo_openwebrl.py --config.local=true --config.quick=true   # smoke

@@ -13,7 +13,7 @@ flight, each answered `gen_s` seconds after it was admitted, the rest queue (fir
   ended (our `mode="lockstep"`, the synchronous baseline WebGym compares with).
 
 Plain `heapq` events; processes are generators that yield what they need: ("gen", s), ("cpu", s),
-("wait", s) or ("barrier", b). `scripts/sim_rollout.py` calibrates it on `scripts/bench_rollout.py`'s
+("wait", s) or ("barrier", b). `benchmarks/sim_rollout.py` calibrates it on `benchmarks/bench_rollout.py`'s
 measurements and extends the comparison to the papers' scale.
 """
 

@@ -49,3 +49,17 @@ def get_solvers(suite: str) -> ModuleType | None:
         return _SOLVERS[suite]()
     eps = _entry_points("jaxwebrl.solvers")
     return eps[suite].load() if suite in eps else None
+
+
+def make_suite(run: Any) -> Any:
+    """The run's task suite, started (`tasks.train` limits it to those tasks, `tasks.suite_mode` picks a variant)."""
+    return get_suite(run.tasks.suite, **run.tasks.suite_kwargs()).start()
+
+
+def split_tasks(suite: Any, run: Any) -> tuple[list[Any], list[int], list[Any], list[int]]:
+    """(train tasks, train seeds, eval tasks, eval seeds): held-out seeds always; held-out tasks if named."""
+    train_ids = suite.task_ids("all") if run.tasks.train else suite.task_ids("train")
+    eval_ids = run.tasks.eval_names or train_ids
+    train = [suite.get_task(t) for t in train_ids]
+    held_out = [suite.get_task(t if "." in t else f"{suite.name}.{t}") for t in eval_ids]
+    return (train, suite.seeds("train", run.tasks.train_seeds), held_out, suite.seeds("test", run.tasks.eval_seeds))

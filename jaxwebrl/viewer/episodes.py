@@ -159,7 +159,7 @@ def episodes_from_trajectories(
 def episodes_from_reports(
     reports: Mapping[str, Any], iteration: int | None = None, *, tokenizer: Any = None, max_chars: int = MAX_CHARS,
 ) -> list[ViewerEpisode]:
-    """Every evaluated episode of `reports` (policy name -> `recipes.evaluate.EvalReport`), labelled with
+    """Every evaluated episode of `reports` (policy name -> `evaluation.evaluate.EvalReport`), labelled with
     its policy name."""
     return [e for name, report in reports.items()
             for e in episodes_from_trajectories(report.trajectories, name, iteration, tokenizer=tokenizer,

@@ -20,8 +20,8 @@ from jaxwebrl.browser import EnvConfig, ObsConfig
 from jaxwebrl.browser.actions import ParseError, get_action_space
 from jaxwebrl.config import apply_variants
 from jaxwebrl.data.samples import build_samples
+from jaxwebrl.demos.collect import collect_demonstrations, demo_texts, render_demonstrations
 from jaxwebrl.models.tokenizer import train_tokenizer
-from jaxwebrl.recipes.demos import collect_demonstrations, demo_texts, render_demonstrations
 
 pytestmark = pytest.mark.timeout(300)
 

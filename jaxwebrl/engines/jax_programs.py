@@ -1,0 +1,151 @@
+"""The JaxEngine's device programs, as pure functions of the model config (the engine jits each once per
+engine under a name of its own): a prefill chunk into one slot's row, a whole VL prefill, one decode step for
+every slot, and the row copies and resizes of the per-layer slot cache; plus the bucket sizes that keep the
+programs few, and the count of their compilations (from JAX's own compile events).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxwebrl.engines.sampling import row_keys, sample
+from jaxwebrl.models import ModelConfig, Params, forward
+from jaxwebrl.models import vl
+from jaxwebrl.models.decoder import hidden_states, init_layer_cache, lm_head
+from jaxwebrl.models.vl_config import VLConfig
+
+_COMPILES: collections.Counter[str] = collections.Counter()
+
+
+def _count_compile(name: str, duration: float, **kwargs: Any) -> None:
+    if name == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[str(kwargs.get("fun_name", ""))] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+def compile_counts(uid: int, kinds: tuple[str, ...]) -> dict[str, int]:
+    """Compilations so far of engine `uid`'s programs of each kind (named `jaxengine<uid>_<kind>`)."""
+    return {kind: _COMPILES[f"jit(jaxengine{uid}_{kind})"] for kind in kinds}
+
+
+def patch_bucket(n: int, unit: int, min_bucket: int = 64) -> int:
+    """Patch rows a prefill pads its images to: the next power of two >= n (at least `min_bucket`), a
+    multiple of the merge unit, so many image sizes share one compiled program."""
+    b = min_bucket
+    while b < n:
+        b *= 2
+    return -(-b // unit) * unit
+
+
+def prefill_buckets(max_len: int, min_bucket: int = 16) -> tuple[int, ...]:
+    """Powers of two from `min_bucket` below `max_len`, then `max_len` itself."""
+    out, b = [], min_bucket
+    while b < max_len:
+        out.append(b)
+        b *= 2
+    return tuple(out) + (max_len,)
+
+
+def first_token_into_slot(
+    logits: jax.Array, small: dict[str, jax.Array], cache: dict[str, jax.Array], length: jax.Array, slot: jax.Array,
+    seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
+) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+    """The end of a prefill: sample the first token at position length-1 and write the prompt's one-row
+    cache into the engine's cache at `slot`."""
+    last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, axis=0, keepdims=True)
+    keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
+    tok, lp = sample(last, keys, temp[None], top_k[None], top_p[None], greedy[None])
+    return put_row(cache, small, slot), tok[0], lp[0]
+
+
+def get_row(cache: dict[str, Any], slot: jax.Array, length: int) -> dict[str, Any]:
+    """Row `slot` of a per-layer cache, positions [0, length): a per-layer cache of one row."""
+    zero = jnp.zeros((), jnp.int32)
+    return jax.tree.map(lambda a: jax.lax.dynamic_slice(a, (slot, zero, zero, zero), (1, a.shape[1], length, a.shape[3])),
+                        cache)
+
+
+def put_row(cache: dict[str, Any], row: dict[str, Any], slot: jax.Array) -> dict[str, Any]:
+    """The per-layer cache with a one-row per-layer cache written at `slot`, positions [0, its length)."""
+    zero = jnp.zeros((), jnp.int32)
+    return jax.tree.map(lambda a, r: jax.lax.dynamic_update_slice(a, r.astype(a.dtype), (slot, zero, zero, zero)),
+                        cache, row)
+
+
+def drop_layer_axis(sharding: Any) -> Any:
+    """The sharding of one layer's slice of a stacked array."""
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[1:]))
+    return sharding
+
+
+def resize_cache(cache: dict[str, Any], length: int) -> dict[str, Any]:
+    """The per-layer cache cut or zero-padded to `length` positions per row."""
+    def one(a: jax.Array) -> jax.Array:
+        if length <= a.shape[2]:
+            return a[:, :, :length]
+        return jnp.pad(a, ((0, 0), (0, 0), (0, length - a.shape[2]), (0, 0)))
+
+    return jax.tree.map(one, cache)
+
+
+def chunk_prefill(
+    cfg: ModelConfig, params: Params, row: dict[str, jax.Array], tokens: jax.Array, start: jax.Array, count: jax.Array,
+    seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
+) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+    """Prefill one chunk: `count` real tokens of the right-padded [1, chunk] `tokens` at positions start..,
+    attending to `row` (a slot's first ctx >= start + chunk positions, stacked [L, 1, K, ctx, hd]: earlier
+    chunks, cached pages); returns the row and the token sampled from the logits of the last real token
+    (used when the chunk ends the prompt). Only that token's logits are computed, not [chunk, vocab]."""
+    positions = (start + jnp.arange(tokens.shape[1], dtype=jnp.int32))[None]
+    h, row = hidden_states(cfg, params, tokens, positions, cache=row)
+    assert row is not None
+    last = jax.lax.dynamic_index_in_dim(h, count - 1, axis=1, keepdims=True)  # [1, 1, D]
+    head = lm_head(cfg, params).astype(last.dtype)
+    logits = jnp.einsum("btd,dv->btv", last, head, preferred_element_type=jnp.float32)[0]  # as `forward`
+    keys = row_keys(seed[None], jnp.zeros((1,), jnp.int32))
+    tok, lp = sample(logits, keys, temp[None], top_k[None], top_p[None], greedy[None])
+    return row, tok[0], lp[0]
+
+
+def prefill_vl(
+    cfg: VLConfig, cache_dtype: str | None, params: Params, cache: dict[str, jax.Array], inputs: dict[str, Any], length: jax.Array,
+    slot: jax.Array, seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
+) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+    """The prefill of a VL model, whole: `inputs` are `vl.prepare_inputs` arrays of one right-padded prompt
+    (with its images' patches, or vision None); the vision encoder runs here, inside the prefill."""
+    bucket = inputs["tokens"].shape[1]
+    small = init_layer_cache(cfg.text, 1, bucket, cache_dtype)
+    logits, small = vl.forward(cfg, params, inputs, cache=small)
+    return first_token_into_slot(logits, small, cache, length, slot, seed, temp, top_k, top_p, greedy)
+
+
+def decode_vl(
+    cfg: VLConfig, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
+    deltas: jax.Array, seeds: jax.Array, counters: jax.Array, temp: jax.Array, top_k: jax.Array,
+    top_p: jax.Array, greedy: jax.Array,
+) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+    """`decode` for a VL model: each slot's M-RoPE position is its cache index + its prompt's delta."""
+    inputs = vl.decode_inputs(tokens[:, None], positions[:, None], deltas)
+    logits, cache = vl.forward(cfg, params, inputs, cache=cache)
+    tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
+    return cache, tok, lp
+
+
+def decode(
+    cfg: ModelConfig, params: Params, cache: dict[str, jax.Array], tokens: jax.Array, positions: jax.Array,
+    seeds: jax.Array, counters: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array,
+    greedy: jax.Array,
+) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+    """One token for every slot: tokens/positions [S], each row at its own position, attending over the
+    cache's whole capacity (a bucket just above the furthest busy slot); the donated cache is updated in
+    place."""
+    logits, cache = forward(cfg, params, tokens[:, None], positions[:, None], cache=cache)
+    tok, lp = sample(logits[:, 0], row_keys(seeds, counters), temp, top_k, top_p, greedy)
+    return cache, tok, lp

@@ -1,0 +1,194 @@
+"""Teacher-forced probe of policies on the demonstrated tasks' held-out seeds: does a policy find the goal's
+element in the page? Seconds per policy, no browser episode per policy (the RL - BC question of issue 27).
+
+The scripted solvers play the evaluation's test seeds of the run's demonstrated tasks once (cached in
+--cache), and every policy is scored on those demonstrations' own prompts, rendered with its tokenizer and
+the run's agent settings: a turn passes when the policy's greedy token equals the demonstration's at every
+response position, i.e. greedy decoding would write the demonstrated action. On single-step tasks that is
+greedy success (up to equivalent targets, see below); on multi-step ones, success along the demonstrated
+path. For the first action it also says which element the greedy answer points at: another with the same
+role and name (equally right on click-button, whose duplicate buttons all count) or only the same role. A
+policy that does not read the page answers each task's frequent ids whatever the page; `ids` shows them.
+
+    python studies/probe_demonstrated.py --policy runs/grpo_local/bc/hf --policy runs/grpo_local/rl/hf
+    python studies/probe_demonstrated.py --policy runs/grpo_local/rl/checkpoints --seeds 20 --json probe.json
+
+--policy takes a HuggingFace directory or a run's Orbax checkpoint directory (its latest step is exported
+beside it); the paired table compares each policy with the ones before it on the same demonstrations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import pickle
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from absl import app, flags
+from ml_collections import config_flags
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+_CONFIG = config_flags.DEFINE_config_file("config", os.path.join(ROOT, "configs", "grpo_local.py"),
+                                          "The run config: suite, demonstrated tasks, agent and env settings.")
+_POLICY = flags.DEFINE_multi_string("policy", None, "HF dir or Orbax checkpoint dir; repeatable.", required=True)
+_SEEDS = flags.DEFINE_integer("seeds", 20, "Held-out (test) seeds per demonstrated task.")
+_CACHE = flags.DEFINE_string("cache", None, "Demonstrations cache (default: probe_demonstrations_<seeds>.pkl "
+                             "beside the first policy).")
+_JSON = flags.DEFINE_string("json", None, "Also write the per-policy results here.")
+_BATCH = 8
+ID = re.compile(r"\('(\d+)'")
+
+
+def collect(run: Any, seeds: int) -> list[Any]:
+    """The solvers' successful demonstrations on the test seeds of the run's demonstrated tasks."""
+    from jaxwebrl.browser.pool import BrowserPool
+    from jaxwebrl.demos.collect import collect_demonstrations
+    from jaxwebrl.main_job.stages import demonstrated_task_ids
+    from jaxwebrl.rollout.suites import make_suite, split_tasks
+    from jaxwebrl.rollout.suites import get_solvers
+
+    suite = make_suite(run)
+    try:
+        train, _, _, _ = split_tasks(suite, run)
+        wanted = demonstrated_task_ids(run, [t.task_id for t in train])
+        tasks = [t for t in train if t.task_id in wanted]
+        env_cfg, pool_cfg = run.browser_env(), run.env.pool_config()
+
+        async def play() -> list[Any]:
+            async with BrowserPool(pool_cfg, env_cfg) as pool:
+                return await collect_demonstrations(pool, env_cfg, tasks, suite.seeds("test", seeds),
+                                                    get_solvers(run.tasks.suite).plan, run.agent.prompt_format,
+                                                    concurrency=pool_cfg.capacity, rationale=run.bc.rationale)
+        demos = asyncio.run(play())
+    finally:
+        suite.stop()
+    for d in demos:  # the cache keeps what scoring reads
+        for s in d.steps:
+            s.observation.screenshot = None
+    return demos
+
+
+def greedy_tokens(cfg: Any, params: Any, sequences: Sequence[Sequence[int]]) -> list[Any]:
+    """Per sequence, the argmax next token at every position (teacher forcing), batched and padded to powers
+    of two so a few shapes compile."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxwebrl.models import forward
+
+    step = jax.jit(lambda p, t, pos: jnp.argmax(forward(cfg, p, t, pos)[0], axis=-1))
+    out: list[Any] = [None] * len(sequences)
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    for start in range(0, len(order), _BATCH):
+        idx = order[start:start + _BATCH]
+        width = 1 << (max(len(sequences[i]) for i in idx) - 1).bit_length()
+        toks = np.zeros((_BATCH, width), np.int32)
+        for row, i in enumerate(idx):
+            toks[row, :len(sequences[i])] = sequences[i]
+        pos = np.broadcast_to(np.arange(width, dtype=np.int32), toks.shape)
+        pred = np.asarray(step(params, jnp.asarray(toks), jnp.asarray(pos)))
+        for row, i in enumerate(idx):
+            out[i] = pred[row, :len(sequences[i])]
+    return out
+
+
+def score(demos: Sequence[Any], policy: str, agent: Any) -> dict[str, Any]:
+    """Per demonstration ("task@seed"): each turn right, every turn right, the greedy answer tokens per turn,
+    and where the first answer points."""
+    from jaxwebrl.demos.collect import render_demonstrations
+    from jaxwebrl.models import load_hf, load_tokenizer
+
+    tok = load_tokenizer(policy)
+    cfg, params = load_hf(policy)
+    trajs = render_demonstrations(demos, tok, agent)
+    turns = [(d, k, t) for d, tr in zip(demos, trajs) for k, t in enumerate(tr.turns)]
+    preds = greedy_tokens(cfg, params, [t.prompt_ids + t.response_ids for _, _, t in turns])
+    episodes: dict[str, dict[str, Any]] = {}
+    for (d, k, turn), pred in zip(turns, preds):
+        key = f"{d.task_id}@{d.seed}"
+        p = len(turn.prompt_ids)
+        answer = [int(x) for x in pred[p - 1:p - 1 + len(turn.response_ids)]]
+        ok = answer == list(turn.response_ids)
+        e = episodes.setdefault(key, {"task": d.task_id, "every": True, "turns": [], "answers": []})
+        e["every"] &= ok
+        e["turns"].append(ok)
+        e["answers"].append(answer)
+        if k == 0:
+            elements = {str(el.id): el for el in d.steps[0].observation.elements}
+            want, m = ID.search(d.steps[0].action), ID.search(tok.decode(answer))
+            target = elements.get(want.group(1)) if want else None
+            got = elements.get(m.group(1)) if m else None
+            same_role = bool(got and target and got.role == target.role)
+            e.update(first=ok, id=m.group(1) if m else "?", same_role=same_role,
+                     same_element=same_role and (got.name or got.text) == (target.name or target.text))
+    return episodes
+
+
+def report(episodes: dict[str, dict[str, Any]]) -> Any:
+    """An EvalReport of 'every turn right' per (task, seed), for the run report's tables and pairing."""
+    from jaxwebrl.evaluation.evaluate import EvalReport
+
+    per_task: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    for e in episodes.values():
+        per_task[e["task"]][0] += int(e["every"])
+        per_task[e["task"]][1] += 1
+    return EvalReport(per_task={t: (s, n) for t, (s, n) in per_task.items()}, terminations={}, mean_steps=0.0,
+                      outcomes={k: bool(e["every"]) for k, e in episodes.items()})
+
+
+def details(name: str, episodes: dict[str, dict[str, Any]]) -> str:
+    by_task: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for e in episodes.values():
+        by_task[e["task"]].append(e)
+    lines = [f"{name}: first action right / same role and name / same role; the ids it answers"]
+    for t, es in sorted(by_task.items()):
+        n = len(es)
+        ids = collections.Counter(e["id"] for e in es).most_common(4)
+        lines.append(f"  {t:28s} {sum(e['first'] for e in es) / n:.2f} / {sum(e['same_element'] for e in es) / n:.2f} / "
+                     f"{sum(e['same_role'] for e in es) / n:.2f}  ids {ids}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    sys.path.insert(0, ROOT)
+    from jaxwebrl.config import apply_variants, parse_config
+    from jaxwebrl.evaluation.report import paired_table, success_table
+
+    run = parse_config(apply_variants(_CONFIG.value))
+    policies: dict[str, str] = {}
+    for path in _POLICY.value:
+        hf = path
+        if not (Path(path) / "config.json").exists():
+            from jaxwebrl.train.export import export_checkpoint
+            hf = export_checkpoint(path, os.path.join(path, "hf_probe"))
+        name = Path(path).name if Path(path).name not in ("hf", "checkpoints") else f"{Path(path).parent.name}/{Path(path).name}"
+        policies[name] = hf
+    cache = Path(_CACHE.value or Path(_POLICY.value[0]).resolve().parent / f"probe_demonstrations_{_SEEDS.value}.pkl")
+    if cache.exists():
+        demos = pickle.loads(cache.read_bytes())
+    else:
+        demos = collect(run, _SEEDS.value)
+        cache.write_bytes(pickle.dumps(demos))
+    if not demos:
+        raise SystemExit("the solvers produced no demonstration on the test seeds; check tasks.train and bc.tasks")
+    results = {name: score(demos, path, run.agent) for name, path in policies.items()}
+    print(f"{len(demos)} demonstrations of held-out seeds ({cache}); a turn passes when greedy decoding writes "
+          "the demonstrated action")
+    reports = {name: report(eps) for name, eps in results.items()}
+    print(success_table(reports))
+    print(paired_table(reports))
+    for name, eps in results.items():
+        print(details(name, eps))
+    if _JSON.value:
+        Path(_JSON.value).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    app.run(main)
