@@ -92,8 +92,8 @@ from jaxwebrl.train.step import (  # noqa: E402
     BATCH_KEYS, REF_KEY, StepConfig, batch_shardings, grads_and_metrics, init_state, make_train_step,
 )
 
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_interleave import alternate, summary  # noqa: E402
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from interleave import alternate, summary, timed  # noqa: E402
 
 GPU = not ARGS.cpu
 TORCH_DEVICE = "cuda" if GPU else "cpu"
@@ -183,15 +183,6 @@ def median_time(fn: Callable[[], Any], reps: int, warm: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
-
-
-def timed_side(step: Callable[[], Any]) -> Callable[[int], float]:
-    def run(n: int) -> float:
-        t = time.perf_counter()
-        for _ in range(n):
-            step()
-        return time.perf_counter() - t
-    return run
 
 
 def rel_l2(a: Any, b: Any) -> float:
@@ -558,10 +549,10 @@ def _train_one(r: Report, name: str, B: int, T: int, peak: float | None) -> dict
     t0 = time.perf_counter()
     ours, loss = _ours_fwd_bwd(cfg, batch)
     r.say(f"  {name}: ours compiled and ran once in {time.perf_counter() - t0:.0f} s")
-    sides: dict[str, Callable[[int], float]] = {"jaxwebrl": timed_side(ours)}
+    sides: dict[str, Callable[[int], float]] = {"jaxwebrl": timed(ours)}
     losses = {"jaxwebrl": loss}
     t_step, t_loss = _torch_fwd_bwd(cfg, batch["tokens"][0], compile_it=False)
-    sides["torch"], losses["torch"] = timed_side(t_step), t_loss
+    sides["torch"], losses["torch"] = timed(t_step), t_loss
     rounds, steps = (5, 3) if GPU else (2, 1)
     times = alternate(sides, rounds, steps)
     s = summary(times, "jaxwebrl", "torch")
@@ -601,7 +592,7 @@ def section_compile(r: Report) -> dict[str, Any]:
     t = time.perf_counter()
     compiled, _ = _torch_fwd_bwd(cfg, batch["tokens"][0], compile_it=True)
     compile_s = time.perf_counter() - t
-    times = alternate({"jaxwebrl": timed_side(ours), "torch_compile": timed_side(compiled), "torch": timed_side(eager)},
+    times = alternate({"jaxwebrl": timed(ours), "torch_compile": timed(compiled), "torch": timed(eager)},
                       3 if GPU else 1, 3 if GPU else 1)
     s = summary(times, "jaxwebrl", "torch_compile")
     out = {"batch": B, "seq": T, "torch_compile_first_step_s": compile_s, **s,
