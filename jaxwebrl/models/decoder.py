@@ -301,8 +301,14 @@ def hidden_states(
     embeds: jax.Array | None = None,
     rope_angles: jax.Array | None = None,
     layer_residuals: jax.Array | None = None,
+    frozen_layers: int = 0,
 ) -> tuple[jax.Array, KVCache | None]:
     """Final normed hidden states [B, T, D] (and the updated cache).
+
+    `frozen_layers` (training, stacked params, no cache): the input embedding and the first `frozen_layers`
+    layers run outside autodiff (their params and output under `stop_gradient`, as their own scan), so the
+    backward pass runs through the layers above only: fine-tuning the top of a pretrained model costs one
+    forward plus the top layers' backward.
 
     Vision-language hooks (jaxwebrl.models.vl): `embeds` [B, T, D] replace the token embeddings (image
     features scattered in), `rope_angles` [B, T, hd/2] replace the rotary angles of `positions` (M-RoPE),
@@ -345,11 +351,25 @@ def hidden_states(
     assert not is_layer_cache(cache), "a per-layer cache takes per-layer params (unstack_layers)"
     if cfg.remat:
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)  # type: ignore[assignment]
+    layers, first = params["layers"], 0
+    if frozen_layers:
+        if cache is not None or not 0 < frozen_layers < cfg.num_layers:
+            raise ValueError(f"frozen_layers={frozen_layers} needs 0 < frozen_layers < num_layers={cfg.num_layers} "
+                             "and no cache (it is a training option)")
+        lower = jax.lax.stop_gradient(jax.tree.map(lambda a: a[:frozen_layers], layers))
+        x = jax.lax.stop_gradient(x)
+        if cfg.scan_layers:
+            (x, _), _ = jax.lax.scan(body, (x, None), (lower, jnp.arange(frozen_layers)))
+        else:
+            for i in range(frozen_layers):
+                (x, _), _ = body((x, None), (jax.tree.map(lambda a: a[i], lower), i))
+        x = jax.lax.stop_gradient(x)
+        layers, first = jax.tree.map(lambda a: a[frozen_layers:], layers), frozen_layers
     if cfg.scan_layers:
-        (x, cache), _ = jax.lax.scan(body, (x, cache), (params["layers"], jnp.arange(cfg.num_layers)))
+        (x, cache), _ = jax.lax.scan(body, (x, cache), (layers, jnp.arange(first, cfg.num_layers)))
     else:
-        for i in range(cfg.num_layers):
-            (x, cache), _ = body((x, cache), (jax.tree.map(lambda a: a[i], params["layers"]), i))
+        for i in range(first, cfg.num_layers):
+            (x, cache), _ = body((x, cache), (jax.tree.map(lambda a: a[i - first], layers), i))
     return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), cache
 
 

@@ -23,6 +23,9 @@ class TrainConfig:
     adv_eps: float = 1e-6
     dynamic_sampling: bool = False  # drop zero-variance groups (DAPO / OpenWebRL)
     freeze_vision: bool = False  # vision-language policies: the vision encoder gets no gradient and no update
+    # Text policies: train only the top N decoder layers and the final norm; the embedding and the layers below
+    # get no gradient and no update, and the backward pass stops at layer N from the top (0 = train everything).
+    trainable_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("steps", "seq_len", "micro_batch", "accum_steps", "epochs", "groups_per_step"):
@@ -33,6 +36,7 @@ class TrainConfig:
         if not isinstance(self.freeze_vision, bool):
             raise FieldError("freeze_vision", f"{self.freeze_vision!r} is not a bool", "set True or False")
         at_least("logits_chunk", self.logits_chunk, 0)
+        at_least("trainable_layers", self.trainable_layers, 0)
         if self.logits_chunk and self.seq_len % self.logits_chunk:
             raise FieldError("logits_chunk", f"{self.logits_chunk} does not divide train.seq_len={self.seq_len}",
                              "use a divisor of seq_len, or 0")

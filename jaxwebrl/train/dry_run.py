@@ -43,7 +43,8 @@ def dry_run(run: Any, sizes: dict[str, int], compile: bool = True) -> dict[str, 
     mc = run.model.abstract_config()
     check_attention_fits(mc, run.train.seq_len, sizes)
     tx, sched = make_optimizer(run.optim, run.train.steps)
-    cfg = StepConfig(mc, run.loss, logits_chunk=run.train.logits_chunk, freeze_vision=run.train.freeze_vision)
+    cfg = StepConfig(mc, run.loss, logits_chunk=run.train.logits_chunk, freeze_vision=run.train.freeze_vision,
+                     trainable_layers=run.train.trainable_layers)
     A, mb, T = run.train.accum_steps, run.train.micro_batch, run.train.seq_len
     tokens = A * mb * T
     vision: dict[str, Any] = {}

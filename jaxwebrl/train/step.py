@@ -62,7 +62,25 @@ class StepConfig:
     logits_chunk: int = 0  # 0: whole sequence at once
     with_entropy: bool = True
     freeze_vision: bool = False  # VL models: the vision encoder gets no gradient and no update
+    # Text models: the embedding (and an untied lm_head) and the decoder layers below the top
+    # `trainable_layers` get no gradient and no update (0 = every parameter trains); see `frozen_layers`.
+    trainable_layers: int = 0
     temperature: float = 1.0  # logprobs of softmax(logits / T): the rollouts' T for GRPO (trainer.sampling_temperature)
+
+
+def frozen_layers(cfg: StepConfig) -> int:
+    """How many of the text model's lowest decoder layers are frozen (0: none)."""
+    if not cfg.trainable_layers or isinstance(cfg.model, VLConfig):
+        return 0
+    if cfg.trainable_layers > cfg.model.num_layers:
+        raise ValueError(f"train.trainable_layers={cfg.trainable_layers} exceeds the model's {cfg.model.num_layers} "
+                         f"layers; set at most {cfg.model.num_layers}, or 0 to train every parameter")
+    return cfg.model.num_layers - cfg.trainable_layers
+
+
+def _freeze_params(params: Any) -> Any:
+    """The frozen text-model params outside the layers (embedding, untied lm_head) under stop_gradient."""
+    return {k: jax.lax.stop_gradient(v) if k in ("embed", "lm_head") else v for k, v in params.items()}
 
 
 def _abstract_params(model: ModelConfig | VLConfig) -> Any:
@@ -90,7 +108,9 @@ def next_token_logprobs(
         h, _ = vl.hidden_states(mc, params, inputs)
         w = lm_head(mc.text, params["text"]).astype(h.dtype)
     else:
-        h, _ = hidden_states(mc, params, tokens, positions, segment_ids)
+        if cfg.trainable_layers:
+            params = _freeze_params(params)
+        h, _ = hidden_states(mc, params, tokens, positions, segment_ids, frozen_layers=frozen_layers(cfg))
         w = lm_head(mc, params).astype(h.dtype)
     targets = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
     B, T, D = h.shape
@@ -263,6 +283,10 @@ def train_step(cfg: StepConfig, tx: optax.GradientTransformation, schedule: opta
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     if cfg.freeze_vision and isinstance(cfg.model, VLConfig):  # no update at all (weight decay included)
         updates = {**updates, "vision": jax.tree.map(jnp.zeros_like, updates["vision"])}
+    n_frozen = frozen_layers(cfg)
+    if n_frozen:  # the frozen layers and embeddings: no update at all (weight decay included)
+        updates = {k: jax.tree.map(jnp.zeros_like, v) if k in ("embed", "lm_head") else v for k, v in updates.items()}
+        updates["layers"] = jax.tree.map(lambda u: u.at[:n_frozen].set(0), updates["layers"])
     params = optax.apply_updates(state["params"], updates)
     metrics["grad_norm"] = optax.tree.norm(grads)
     metrics["update_norm"] = optax.tree.norm(updates)
@@ -290,7 +314,7 @@ def make_score_fn(cfg: StepConfig, mesh: Mesh) -> Callable[[Any, dict[str, jax.A
     params sharded like the policy (a frozen reference model uses the same shardings)."""
     p_sh = param_shardings(cfg.model, mesh)
     b_sh = batch_shardings(cfg.model, mesh)
-    nocfg = dataclasses.replace(cfg, with_entropy=False)
+    nocfg = dataclasses.replace(cfg, with_entropy=False, trainable_layers=0)  # scoring: no gradient anyway
     extra = VL_KEYS if isinstance(cfg.model, VLConfig) else ()
 
     def score(params: Any, batch: dict[str, jax.Array]) -> jax.Array:

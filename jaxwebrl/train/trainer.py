@@ -44,7 +44,7 @@ from jaxwebrl.train.hosts import agree_round, conform, gather_ints
 from jaxwebrl.train.metrics import MetricsWriter, mfu, peak_flops_per_chip
 from jaxwebrl.train.optim import OptimConfig, make_optimizer
 from jaxwebrl.train.step import (
-    REF_KEY, StepConfig, abstract_state, init_state, make_score_fn, make_train_step, param_shardings,
+    REF_KEY, StepConfig, abstract_state, frozen_layers, init_state, make_score_fn, make_train_step, param_shardings,
 )
 
 
@@ -118,7 +118,9 @@ class Trainer:
         self.loss_cfg = config.loss
         self.step_cfg = StepConfig(self.model_cfg, self.loss_cfg, logits_chunk=config.train.logits_chunk,
                                    freeze_vision=config.train.freeze_vision,
+                                   trainable_layers=config.train.trainable_layers,
                                    temperature=sampling_temperature(config))
+        frozen_layers(self.step_cfg)  # a trainable_layers beyond the model's depth stops here, before compiling
         self.tx, self.schedule, self._step, self._score = _compiled_fns(
             self.step_cfg, config.optim, total_steps or config.train.steps, self.mesh)
         self.accum = config.train.accum_steps
