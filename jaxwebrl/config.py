@@ -65,7 +65,7 @@ from jaxwebrl.train.optim import OptimConfig
 from jaxwebrl.viewer.config import ViewerConfig
 
 __all__ = ["ConfigError", "RunConfig", "SECTIONS", "apply_variants", "command_line_fields", "default_config",
-           "parse_config", "sibling_config", "sibling_module", "validate_config", "with_changes"]
+           "parse_config", "resolve_pretrained", "sibling_config", "sibling_module", "validate_config", "with_changes"]
 
 SECTIONS: dict[str, type] = {
     "mesh": MeshConfig, "model": ModelSetup, "data": DataConfig, "train": TrainConfig, "loss": LossConfig,
@@ -168,7 +168,7 @@ def _unknown_fields(cfg: Any, schema: Any, prefix: str = "") -> None:
 def apply_variants(cfg: ml_collections.ConfigDict, explicit: Collection[str] = ()) -> ml_collections.ConfigDict:
     """Overlay the variants the config turns on: `local_overrides` when `local=True`, then `quick_overrides`
     when `quick=True` (so `--config.local=true` works even though absl applies command-line overrides after
-    get_config()). Fields in `explicit` (those set on the command line) keep their value:
+    get_config()), then, for a local run with `model.pretrained`, the pretrained overlay of `recipes.local`. Fields in `explicit` (those set on the command line) keep their value:
     `--config.quick=true --config.workdir=X` runs the quick variant in X."""
     out = ml_collections.ConfigDict(cfg.to_dict())
     keep = set(explicit)
@@ -191,6 +191,11 @@ def apply_variants(cfg: ml_collections.ConfigDict, explicit: Collection[str] = (
                                   "empty): run it as it is, or use a paper config (configs/README in README.md)")
             _unknown_fields(variant, default_config(), prefix=f"{flag}_overrides.")
             overlay(out, variant, "")
+    pretrained = out.model.get("pretrained", "") if "model" in out else ""
+    if cfg.get("local") and pretrained:  # a paper's local run from a pretrained model (recipes.local)
+        from jaxwebrl.recipes.local import pretrained_local_overrides
+
+        overlay(out, pretrained_local_overrides(out.workdir, pretrained, bool(cfg.get("quick"))), "")
     return out
 
 
@@ -263,6 +268,12 @@ def _check_across_sections(run: RunConfig) -> None:
                           f"data.kind={run.data.kind!r} trains on files; use reward.source='rule' or data.kind='online'")
 
 
+def resolve_pretrained(run: RunConfig) -> RunConfig:
+    """`run` with a `model.pretrained` policy's checkpoint fetched (first use) and named in `model.path`."""
+    model = run.model.resolve_pretrained()
+    return run if model is run.model else dataclasses.replace(run, model=model)
+
+
 def validate_config(cfg: ml_collections.ConfigDict | RunConfig, num_devices: int, check_paths: bool = True) -> dict[str, int]:
     """Raise ConfigError for the first bad value; returns the resolved mesh sizes."""
     run = parse_config(cfg)
@@ -289,7 +300,7 @@ def validate_config(cfg: ml_collections.ConfigDict | RunConfig, num_devices: int
 
 def _check_paths(run: RunConfig) -> None:
     m = run.model
-    if m.source == "hf":
+    if m.source == "hf" and not m.pretrained:
         if not m.path:
             raise ConfigError("config.model.path: is empty but model.source='hf'; point it at a HuggingFace checkpoint dir")
         if not os.path.isfile(os.path.join(m.path, "config.json")):

@@ -22,7 +22,9 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from jaxwebrl.config import RunConfig, apply_variants, command_line_fields, parse_config, validate_config
+from jaxwebrl.config import (
+    RunConfig, apply_variants, command_line_fields, parse_config, resolve_pretrained, validate_config,
+)
 
 _CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
@@ -33,6 +35,7 @@ def train(config: object, explicit: Collection[str] = ()) -> dict[str, float]:
     the config's quick variant)."""
     if not isinstance(config, RunConfig):
         config = parse_config(apply_variants(config, explicit))  # type: ignore[arg-type]
+    config = resolve_pretrained(config)
     validate_config(config, len(jax.devices()))
     if config.data.kind == "online":
         from jaxwebrl.main_job.stages import run_main_job

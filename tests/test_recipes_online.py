@@ -61,7 +61,9 @@ def test_quick_main_job_end_to_end(quick_run):
     assert "Qwen3ForCausalLM" in report and "loaded" in report
     assert "| RL - BC |" in report and "| BC - random |" in report  # paired differences on the same episodes
     seconds = json.loads((work / "stage_seconds.json").read_text())
-    assert set(seconds) == {"bc", "rl", "eval"} and summary["wall_s"] == pytest.approx(sum(seconds.values()))
+    assert set(seconds) == {"demonstrations", "bc", "rl", "eval"} and summary["wall_s"] == pytest.approx(sum(seconds.values()))
+    assert summary["stage_s"] == pytest.approx(seconds)
+    assert f"(demonstrations {seconds['demonstrations'] / 60:.1f}, BC {seconds['bc'] / 60:.1f}, RL" in report
     for png in ("rl_curves.png", "per_task_success.png"):
         assert (work / png).stat().st_size > 1000
     evals = json.loads((work / "eval.json").read_text())

