@@ -82,7 +82,7 @@ def get_config():
     q.train = dict(dynamic_sampling=True, micro_batch=2, trainable_layers=2)
     q.rollout = dict(group_size=2, groups_per_iteration=1, max_groups_per_iteration=2)
     q.rl = dict(iterations=1, replay_demonstrations=1)
-    q.agent = dict(temperature=1.0, max_new_tokens=16)
-    q.report = dict(eval_seeds=1, held_out_tasks="enter-text")
+    q.agent = dict(temperature=1.0, max_new_tokens=16, max_steps=2)
+    q.report = dict(eval_seeds=1, held_out_tasks="click-test")  # held out of the quick run's two tasks
     q.viewer = dict(max_episodes=50)
     return c
