@@ -126,3 +126,34 @@ def test_quick_main_job_from_smollm2(smollm2, tmp_path):
     assert f"| task | {BASE_POLICY} | BC | RL |" in report and f"BC - {BASE_POLICY}" in report
     assert "## Held-out tasks" in report and f"miniwob.{run.report.held_out_tasks}" in report
     assert {"demonstrations", "bc", "rl", "eval", "eval_held_out"} <= set(summary["stage_s"])
+
+
+@pytest.mark.parametrize("paper", ["grpo_openwebrl", "grpo_tpu", "reinforce_webgym", "rft_browseragent"])
+def test_paper_local_variant_from_the_pretrained_model_keeps_the_recipe(paper):
+    """`--config.local=true --config.model.pretrained=smollm2` on a paper config: the paper's identity (recipe,
+    context strategy, prompt format, action space, loss, normalisation, epochs, dynamic sampling, group size)
+    is the from-scratch local variant's, the model is the pretrained checkpoint with its top layers trained, and
+    the paper's own system prompt is back."""
+    spec = importlib.util.spec_from_file_location(paper, ROOT / "configs" / f"{paper}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    identity = ("recipe", "agent.strategy", "agent.prompt_format", "env.action_space", "loss.kind", "data.per",
+                "data.norm", "train.epochs", "train.dynamic_sampling", "rollout.group_size")
+
+    def get(run, dotted):
+        for part in dotted.split("."):
+            run = getattr(run, part)
+        return run
+
+    for quick in (False, True):
+        c = module.get_config()
+        c.local, c.quick = True, quick
+        scratch = parse_config(apply_variants(c))
+        c.model.pretrained = "smollm2"
+        run = parse_config(apply_variants(c, {"model.pretrained"}))
+        assert {k: get(run, k) for k in identity} == {k: get(scratch, k) for k in identity}
+        assert (run.model.source, run.model.path, dict(run.model.shape)) == ("hf", "", {})
+        assert run.model.pretrained == "smollm2" and run.train.trainable_layers > 0
+        assert run.agent.system_prompt == "" and run.bc.context_loss_weight == 0.0
+        assert run.workdir == f"{scratch.workdir}_smollm2"
+        assert run.bc.steps < scratch.bc.steps and run.optim.lr < scratch.optim.lr
