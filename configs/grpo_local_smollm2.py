@@ -50,6 +50,7 @@ def get_config():
     c.engine.max_len = 1024
     c.train.seq_len = 1024
     c.train.micro_batch = 4
+    c.train.logits_chunk = 256  # 49k-token vocabulary: [4, 1024, 49152] fp32 logits at once would be 0.8 GB
     c.train.epochs = 1
     c.train.old_logprobs = "engine"  # the sampler's logprobs: a forward pass per batch less
     # Only the top layers train (the embedding and the 24 layers below run once, outside autodiff): 2.5x the

@@ -104,7 +104,7 @@ PRETRAINED_LOCAL = dict(
     model=dict(source="hf", path="", shape={}, scan_layers=True),
     agent=dict(system_prompt="", max_context_tokens=2048),
     engine=dict(max_len=2048),
-    train=dict(seq_len=2048, micro_batch=2, trainable_layers=6, logits_chunk=0),
+    train=dict(seq_len=2048, micro_batch=2, trainable_layers=6, logits_chunk=256),  # 49k-token vocabulary
     optim=dict(lr=2e-5),
     bc=dict(lr=1e-4, steps=30, micro_batch=2, seq_len=2048, context_loss_weight=0.0),
 )
