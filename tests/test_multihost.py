@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxwebrl.procs import start_group, stop_group
 from multidevice import device_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,18 +38,21 @@ def _two_hosts(workdir: Path, *mode: str, timeout: float = 600) -> list[dict]:
     """Run the worker as processes 0 and 1 (4 CPU devices each); their reports. A hang (a collective one host
     skipped) fails after `timeout`; a crashed peer aborts the survivor after the 20 s heartbeat timeout."""
     port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, WORKER, str(i), "2", port, str(workdir), *mode], env=device_env(4),
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    # Each worker in its own process group: an online-loop worker starts Chromium, which must end with it.
+    procs = [start_group([sys.executable, WORKER, str(i), "2", port, str(workdir), *mode], env=device_env(4),
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError("a worker hung (a collective one host skipped?)")
-        assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
-        outs.append(_report(out))
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise AssertionError("a worker hung (a collective one host skipped?)") from None
+            assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
+            outs.append(_report(out))
+    finally:
+        for p in procs:  # a survivor of a failed peer, and whatever a worker left behind
+            stop_group(p, grace_s=5)
     return outs
 
 

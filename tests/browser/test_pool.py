@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from jaxwebrl.browser import BrowserPool, EnvConfig, EnvError, ObsConfig, PoolConfig
+from jaxwebrl.procs import start_group, stop_group
 from tests.browser.conftest import find_id, pg_task
 
 pytestmark = pytest.mark.timeout(180)
@@ -121,11 +122,13 @@ def test_remote_browser_server(runner, sites):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).with_name("playwright")
-    proc = subprocess.Popen([str(exe), "run-server", "--port", str(port), "--host", "127.0.0.1", "--unsafe"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The `playwright` executable is a Python wrapper that starts the Node server as its child: end the group.
+    proc = start_group([str(exe), "run-server", "--port", str(port), "--host", "127.0.0.1", "--unsafe"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
+            assert proc.poll() is None, f"run-server on port {port} exited with {proc.returncode}"
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
@@ -140,8 +143,7 @@ def test_remote_browser_server(runner, sites):
 
         runner.run(go())
     finally:
-        proc.kill()
-        proc.wait(10)
+        stop_group(proc)
 
 
 def test_bad_config_fails_at_start(tmp_path):

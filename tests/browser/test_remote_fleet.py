@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +30,7 @@ from jaxwebrl.browser import BrowserPool, PoolConfig
 from jaxwebrl.browser.config import BrowserConfig
 from jaxwebrl.browser.pool import RemoteEndpointError
 from jaxwebrl.fields import FieldError
+from jaxwebrl.procs import start_group, stop_group
 from jaxwebrl.rollout import Collector, RolloutConfig
 from jaxwebrl.models.tiny import SAMPLE_TEXT
 from jaxwebrl.models.tokenizer import train_tokenizer
@@ -79,8 +78,8 @@ class BrowserServer:
 
     def start(self) -> "BrowserServer":
         cmd = [sys.executable, "-m", "playwright", "run-server", "--port", str(self.port), "--host", "127.0.0.1"]
-        self.proc = subprocess.Popen(cmd + (["--unsafe"] if self.unsafe else []), start_new_session=True,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = start_group(cmd + (["--unsafe"] if self.unsafe else []), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"run-server on port {self.port} exited with {self.proc.returncode}"
@@ -91,9 +90,8 @@ class BrowserServer:
         raise AssertionError(f"run-server on port {self.port} did not listen within 60 s")
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        if self.proc is not None:  # also when the wrapper exited: its Node server and Chromium may still run
+            stop_group(self.proc, grace_s=0)  # SIGKILL to the group, as a lost host
 
 
 @pytest.fixture(scope="module")
