@@ -2,7 +2,6 @@
 reference; GRPO runs."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
