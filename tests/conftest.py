@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 import process_leaks
+from slow_tests import mark_slow
 
 # The suite compiles hundreds of small programs and runs most a few times, so compiling is much of its CPU
 # time: XLA's CPU backend at optimisation level 0 (LLVM codegen only: the HLO passes are the default's, values
@@ -103,6 +104,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
                               "stop_group, which ends its whole process group:", red=True)
         for p in leaked:
             terminalreporter.line(f"  {p}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they see the marker
+def pytest_collection_modifyitems(config, items) -> None:
+    mark_slow(items)
 
 
 def pytest_generate_tests(metafunc) -> None:
