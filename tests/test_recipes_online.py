@@ -116,10 +116,11 @@ def test_bc_rows_shorter_than_a_demonstration_are_refused(quick_run, tmp_path):
 def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
     """SIGKILL the whole process group during RL (as a preempted machine would), then run the same command."""
     import shutil
-    import signal
     import subprocess
     import sys
     import time
+
+    from jaxwebrl.procs import start_group, stop_group
 
     cfg, _ = quick_run
     work = tmp_path / "run"
@@ -135,13 +136,14 @@ def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
         return [json.loads(line) for line in history_file.read_text().splitlines()]
 
     with open(tmp_path / "killed.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 900
-        while len(records()) < 2 and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-        assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
-        os.killpg(proc.pid, signal.SIGKILL)  # the process, its browsers and their drivers
-        proc.wait()
+        proc = start_group(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 900
+            while len(records()) < 2 and proc.poll() is None and time.time() < deadline:
+                time.sleep(0.2)
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+        finally:
+            stop_group(proc, grace_s=0)  # SIGKILL to the process, its browsers and their drivers
     assert len(records()) == 2  # killed with iteration 1 logged (its checkpoint may or may not have landed)
 
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
