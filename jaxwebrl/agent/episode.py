@@ -118,14 +118,17 @@ async def run_episode(
     sample_seed: int | None = None,
     policy_version: int = 0,
     barrier: LockstepBarrier | None = None,
+    episode_id: str | None = None,
 ) -> EpisodeResult:
     """Play one episode of `task` (instance `seed`) in `env` with `engine`; see the module doc.
 
-    `barrier` is only for the lock-step benchmark baseline: each turn waits there for every live episode.
+    `sample_seed` seeds turn t's engine request with `sample_seed * 1000 + t`; `episode_id` names the episode
+    (its engine session and metadata; default a random one). `barrier` is only for the lock-step benchmark
+    baseline: each turn waits there for every live episode.
     """
     try:
         return await _run_episode(env, engine, tokenizer, task, seed, cfg, renderer, limits, group_id, sample_seed,
-                                  policy_version, barrier)
+                                  policy_version, barrier, episode_id)
     finally:
         if barrier is not None:
             barrier.leave()
@@ -134,12 +137,12 @@ async def run_episode(
 async def _run_episode(
     env: BrowserEnv, engine: Engine, tokenizer: PreTrainedTokenizerBase, task: Task, seed: int, cfg: AgentConfig,
     renderer: PromptRenderer | None, limits: OperationLimits | None, group_id: str, sample_seed: int | None,
-    policy_version: int, barrier: LockstepBarrier | None,
+    policy_version: int, barrier: LockstepBarrier | None, episode_id: str | None,
 ) -> EpisodeResult:
     renderer = renderer or PromptRenderer(tokenizer)
     limits = limits or OperationLimits()
     fmt, build = cfg.prompt(), get_strategy(cfg.strategy)
-    timer, episode_id = _Timer(), uuid.uuid4().hex[:12]
+    timer, episode_id = _Timer(), episode_id or uuid.uuid4().hex[:12]
     start = time.perf_counter()
     turns: list[Turn] = []
     past: list[StepRecord] = []
