@@ -92,6 +92,15 @@ def episode_metrics(groups: list[Group]) -> dict[str, float]:
     return out
 
 
+def timeout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """`timeouts/<kind>`: every safety-limit timeout that fired in these episodes (the episode's, the browser's,
+    the engine request's, the judge's), so a run whose outcome a slow machine changed says so."""
+    counts: collections.Counter[str] = collections.Counter()
+    for t in trajs:
+        counts.update(t.metadata.get("timeouts") or {})
+    return {f"timeouts/{k}": float(v) for k, v in sorted(counts.items())}
+
+
 def demonstrations_to_replay(run: Any) -> list[Trajectory]:
     """The trajectories RL mixes in (`rl.replay_demonstrations` or `rl.demonstration_share`; none when off)."""
     if not run.rl.mixes_demonstrations:
@@ -387,6 +396,7 @@ class OnlineRL:
                         "train/samples_used": float(len(samples)),
                         "train/demonstration_groups": float(len({s.group_id for s in demos}))})
         metrics.update({f"time/{k}_s": v for k, v in stats.time.items()})
+        metrics.update(timeout_metrics(finished))
         # the pool's edges since the last record: egress refusals (allowlist, proxy credentials), browsers lost
         metrics.update(self.pool.take_metrics())
         self._t_train = time.perf_counter()
