@@ -188,7 +188,7 @@ def apply_variants(cfg: ml_collections.ConfigDict, explicit: Collection[str] = (
             variant = cfg[f"{flag}_overrides"]
             if flag == "local" and not variant:
                 raise ConfigError("config.local=True but this config has no local variant (local_overrides is "
-                                  "empty): run it as it is, or use a paper config (configs/README in README.md)")
+                                  "empty): run it as it is, or use a paper config (BUILD.md, 'The five papers')")
             _unknown_fields(variant, default_config(), prefix=f"{flag}_overrides.")
             overlay(out, variant, "")
     return out
