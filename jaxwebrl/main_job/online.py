@@ -92,6 +92,14 @@ def episode_metrics(groups: list[Group]) -> dict[str, float]:
     return out
 
 
+def run_engine_config(run: Any) -> Any:
+    """The run's `engine` section, in deterministic mode when the schedule is (parse_config sets it; a config
+    changed after parsing, e.g. with `with_changes`, gets it here too)."""
+    if run.rl.schedule == "deterministic" and run.engine.type == "jax" and not run.engine.deterministic:
+        return dataclasses.replace(run.engine, deterministic=True)
+    return run.engine
+
+
 def timeout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """`timeouts/<kind>`: every safety-limit timeout that fired in these episodes (the episode's, the browser's,
     the engine request's, the judge's), so a run whose outcome a slow machine changed says so."""
@@ -203,7 +211,7 @@ class OnlineRL:
         self.pool = await self._stack.enter_async_context(BrowserPool(run.env.pool_config(), self.env_cfg))
         self.version = self.trainer.step
         self._published = [self.version]
-        engine_cfg = run.engine
+        engine_cfg = run_engine_config(run)
         if engine_cfg.type == "sglang" and engine_cfg.launch and not engine_cfg.checkpoint:
             # a launched server starts on the current policy, exported where it can read it
             engine_cfg = dataclasses.replace(engine_cfg, checkpoint=self.trainer.export(os.path.join(run.workdir, "engine_init")))
@@ -213,7 +221,10 @@ class OnlineRL:
         self._stack.push_async_callback(self.engine.close)
         # reward.source judge / rule_or_judge: each episode is judged inside the collector as soon as it ends
         specs = {t.task_id: getattr(t, "spec", None) for t in self.train_tasks + self.eval_tasks}
-        self.scorer = make_scorer(run.reward.source, run.reward.judge, task_specs=specs.get)
+        judge_cfg = run.reward.judge
+        if self.deterministic and judge_cfg.engine == "jax" and not judge_cfg.deterministic:
+            judge_cfg = dataclasses.replace(judge_cfg, deterministic=True)
+        self.scorer = make_scorer(run.reward.source, judge_cfg, task_specs=specs.get)
         if self.scorer is not None:
             self._stack.push_async_callback(self.scorer.close)
         self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg, run.rollout,

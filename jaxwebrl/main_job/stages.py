@@ -32,7 +32,7 @@ from jaxwebrl.evaluation import provenance
 from jaxwebrl.evaluation.evaluate import EvalReport, evaluate
 from jaxwebrl.evaluation.report import StageClock, write_run_report
 from jaxwebrl.fields import with_changes
-from jaxwebrl.main_job.online import OnlineRL
+from jaxwebrl.main_job.online import OnlineRL, run_engine_config
 from jaxwebrl.main_job.vl_bc import init_vl_policy, vl_demonstration_batches
 from jaxwebrl.models import export_hf, init_params
 from jaxwebrl.models.tokenizer import train_tokenizer
@@ -210,7 +210,7 @@ async def evaluate_checkpoints(run: RunConfig, policies: dict[str, str], eval_se
         async with BrowserPool(pool_cfg, env_cfg) as pool:
             for name, path in policies.items():
                 tokenizer = load_tokenizer_or_processor(path)  # a VL policy's processor renders the screenshots
-                engine = JaxEngine.from_checkpoint(path, **run.engine.jax_kwargs(),
+                engine = JaxEngine.from_checkpoint(path, **run_engine_config(run).jax_kwargs(),
                                                    tokenizer=tokenizer)
                 bar = tqdm(total=len(eval_tasks) * len(seeds), desc=f"evaluate {name}", unit="ep",
                            disable=not run.log.progress)
