@@ -51,11 +51,13 @@ def local_overrides(name: str, **paper: Any) -> ml_collections.ConfigDict:
         tasks=dict(suite="miniwob", train=LOCAL_TASKS, eval_seeds=10),
         # axtree for every paper: a from-scratch model reads it in the fewest tokens (the paper's text mode
         # stays in its config; `--config.env.text_mode=html` runs WebAgent-R1's locally too, at ~3x the tokens)
+        # step and episode limits are safety limits a slow machine does not reach (the defaults, 45 s and 600 s):
+        # a limit that fires changes the outcome, and is counted in the run's records (issue 39)
         env=dict(text_mode="axtree", text_budget_chars=1200, page_metadata=False, relative_urls=True,
-                 num_browsers=1, contexts_per_browser=8, step_timeout_s=15.0),
+                 num_browsers=1, contexts_per_browser=8),
         # A model trained from scratch learns the response format from the demonstrations; the paper's long
         # system prompt (tool lists, format rules) would only cost tokens at every turn (the main job's choice).
-        agent=dict(max_context_tokens=3072, max_new_tokens=96, episode_timeout_s=180.0,
+        agent=dict(max_context_tokens=3072, max_new_tokens=96,
                    system_prompt="You are a web agent. Answer with your next action."),
         engine=dict(type="jax", launch=False, num_slots=8, max_len=4096, prefill_chunk=128),
         train=dict(seq_len=4096, micro_batch=4, accum_steps=1, logits_chunk=0, groups_per_step=4),
