@@ -400,3 +400,68 @@ def test_a_browser_killed_mid_episode_loses_the_same_episode_in_two_runs(quick_r
     assert masked.metadata["episode_id"] == target and all(not any(u.response_mask) for u in masked.turns)
     assert runs[1] == runs[0]
     assert _weights_hash(tmp_path / "killed_again" / "rl" / "hf") == _weights_hash(tmp_path / "killed" / "rl" / "hf")
+
+
+def test_seeds_report_and_results_record_from_run_summaries(quick_run, tmp_path):
+    """scripts/seeds.py --report over seed_<k>/summary.json files (the fixture run's summary as seed 0, and as
+    seed 1 with RL's first held-out episode flipped), then scripts/results_tables.py's record and table row
+    from that multi-seed run and from the single run."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    cfg, summary = quick_run
+    work = tmp_path / "seeds"
+    flipped = json.loads(json.dumps(summary))
+    first = sorted(flipped["eval"]["RL"]["outcomes"])[0]
+    flipped["eval"]["RL"]["outcomes"][first] = not flipped["eval"]["RL"]["outcomes"][first]
+    for seed, s in ((0, summary), (1, flipped)):
+        (work / f"seed_{seed}").mkdir(parents=True)
+        (work / f"seed_{seed}" / "summary.json").write_text(json.dumps(s, default=str))
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "seeds.py"), "--report", str(work)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((work / "seeds_summary.json").read_text())
+    rl = next(p for p in result["policies"] if p["policy"] == "RL")
+    n = rl["episodes_per_seed"][0]
+    assert result["seeds"] == [0, 1] and abs(rl["per_seed"][1] - rl["per_seed"][0]) == pytest.approx(1 / n)
+    assert rl["interval"] == "t over seeds" and rl["ci_low"] < rl["mean"] < rl["ci_high"]
+    assert "| RL |" in (work / "seeds_report.md").read_text() and "## Runs" in (work / "seeds_report.md").read_text()
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "seeds.py"), "--report", str(work), "--compare",
+                          str(tmp_path / "none")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "no seed_<k>/summary.json" in bad.stderr
+
+    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "scripts" / "results_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    multi = tables.record_from_run(work, "main-job", "two seeds") | {"name": "multi"}
+    single = tables.record_from_run(Path(cfg.workdir), "main-job", "one run") | {"name": "single"}
+    assert multi["seeds"] == [0, 1] and multi["commit"] == summary["provenance"]["commit"]
+    assert single["seeds"] == [cfg.seed] and single["schedule"] == "deterministic" and single["load"]
+    assert single["policies"]["RL"]["mean"] == summary["eval"]["RL"]["success_rate"]
+    rows = tables.table([single, multi]).splitlines()[2:]
+    assert rows[0].startswith("| `single` |") and rows[1].startswith("| `multi` |") and "| 0, 1 |" in rows[1]
+
+
+def test_deterministic_overlap_is_one_update_behind_and_repeatable(quick_run, tmp_path):
+    """rl.overlap under the deterministic schedule: round 1 is collected while round 0 trains, on exactly the
+    weights before update 0 (swapped only at the round boundary), so it trains one update behind; two such
+    runs are the same run."""
+    cfg, _ = quick_run
+    changes = {"rl.iterations": 2, "rl.overlap": True, "train.old_logprobs": "engine"}
+    runs = []
+    for name in ("overlap", "overlap_again"):
+        _rl_only(cfg, tmp_path / name, **changes)
+        runs.append(_rollouts(tmp_path / name))
+        history = [json.loads(line) for line in (tmp_path / name / "rl" / "history.jsonl").read_text().splitlines()]
+        assert [h["metrics"]["rollout/policy_lag_max"] for h in history] == [0.0, 1.0]
+        assert history[0]["metrics"]["train/optimizer_steps"] > 0
+    from jaxwebrl.data.records import read_trajectories
+
+    played = read_trajectories(tmp_path / "overlap" / "rl" / "rollouts.jsonl")
+    versions: dict[int, set[int]] = {}
+    for t in played:
+        versions.setdefault(t.metadata["iteration"], set()).update(u.policy_version for u in t.turns)
+    assert len(versions[0]) == 1 and versions[1] == versions[0]  # round 1 sampled on the weights round 0 sampled on (before update 0)
+    assert runs[1] == runs[0] and {r[0].rsplit("/", 1)[1].split(".")[0] for r in runs[0]} == {"0", "1"}
+    assert _weights_hash(tmp_path / "overlap_again" / "rl" / "hf") == _weights_hash(tmp_path / "overlap" / "rl" / "hf")
