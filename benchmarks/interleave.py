@@ -77,9 +77,11 @@ class Worker:
     """A benchmark side in another process (e.g. another venv's interpreter) that serves timing requests."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None):
+        from jaxwebrl.procs import start_group  # the parent's side only: the worker's venv may lack jaxwebrl
+
         self.argv = list(argv)
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=None if env is None else dict(env))
+        self.proc = start_group(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=None if env is None else dict(env))
         self.info: dict[str, Any] = json.loads(self._expect("READY"))
 
     def _expect(self, word: str) -> str:
@@ -105,8 +107,9 @@ class Worker:
                 self.proc.stdin.flush()
                 self.proc.wait(timeout=60)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+                from jaxwebrl.procs import stop_group
+
+                stop_group(self.proc, grace_s=10)  # the worker and anything it started
 
 
 def alternate(sides: Mapping[str, Callable[[int], float]], rounds: int, steps: int) -> dict[str, list[float]]:

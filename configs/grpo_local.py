@@ -71,6 +71,7 @@ def get_config():
     c.train.dynamic_sampling = True
     c.engine.num_slots = 8
     c.engine.max_len = 2048
+    c.engine.prefill_chunk = 128  # deterministic prefill: prompts cut on a grid of 128, reused in whole chunks
 
     c.loss.kind = "grpo"
     c.loss.eps_low = c.loss.eps_high = 0.2
@@ -93,6 +94,10 @@ def get_config():
     c.bc.seq_len = 640  # the longest demonstration turn is ~570 tokens; rows of 1024 made BC steps 1.27x slower
 
     c.rl.iterations = 20
+    # Same config and seed, same run: rounds follow the logical schedule (seed, iteration, group), the engine
+    # is batch-invariant, so rollouts, batches and weights do not depend on machine load (RESULTS.md, issue 39).
+    # 'async' is the throughput mode (groups train in completion order).
+    c.rl.schedule = "deterministic"
     # Eight demonstrations ride in every RL batch as groups of one with advantage 1 (an SFT term at ratio ~1),
     # so the demonstrated tasks keep what BC taught while RL learns the others.
     c.rl.replay_demonstrations = 8

@@ -98,6 +98,7 @@ def get_config():
     c.bc.seq_len = 256  # VL rows are not packed: one turn per row (the longest demonstration turn is ~200)
 
     c.rl.iterations = 12
+    c.rl.schedule = "deterministic"  # the same seed gives the same run whatever the machine's load (grpo_local.py)
     c.rl.replay_demonstrations = 8
     c.rl.eval_every = 0
     c.report.enabled = True

@@ -192,7 +192,10 @@ class MiniWoBTask:
         raw, reward, reason, done = await session.page.evaluate(
             "() => [WOB_RAW_REWARD_GLOBAL, WOB_REWARD_GLOBAL, WOB_REWARD_REASON, WOB_DONE_GLOBAL]")
         raw = float(raw) if done else 0.0
-        info = {"raw_reward": raw, "reward": float(reward), "reason": reason, "done": bool(done), "mode": self.mode}
+        # `timed_out`: the page's own episode timer ended it (EPISODE_MAX_TIME; BrowserGym mode's 1,000 s can be
+        # reached on a slow machine): the env counts it among the run's timeouts
+        info = {"raw_reward": raw, "reward": float(reward), "reason": reason, "done": bool(done), "mode": self.mode,
+                "timed_out": bool(done) and reason == "timed out"}
         if self.mode == "browsergym":
             success = bool(done) and raw > 0  # browsergym-miniwob: reward = float(RAW_REWARD_GLOBAL > 0)
             return EvalResult(float(success), success, info)

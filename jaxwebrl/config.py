@@ -188,7 +188,7 @@ def apply_variants(cfg: ml_collections.ConfigDict, explicit: Collection[str] = (
             variant = cfg[f"{flag}_overrides"]
             if flag == "local" and not variant:
                 raise ConfigError("config.local=True but this config has no local variant (local_overrides is "
-                                  "empty): run it as it is, or use a paper config (configs/README in README.md)")
+                                  "empty): run it as it is, or use a paper config (BUILD.md, 'The five papers')")
             _unknown_fields(variant, default_config(), prefix=f"{flag}_overrides.")
             overlay(out, variant, "")
     pretrained = out.model.get("pretrained", "") if "model" in out else ""
@@ -248,7 +248,32 @@ def parse_config(cfg: ml_collections.ConfigDict) -> RunConfig:
         raise ConfigError(f"config.recipe: {top['recipe']!r} is not allowed; use one of {recipe_names()}")
     run = RunConfig(**top, **sections)
     _check_across_sections(run)
-    return run
+    return _deterministic_engines(run)
+
+
+def _deterministic_engines(run: RunConfig) -> RunConfig:
+    """`rl.schedule='deterministic'` runs the JaxEngine (and an in-process judge's) in deterministic mode;
+    engines whose batching this process does not control (SGLang, a judge server) are refused."""
+    if run.rl.schedule != "deterministic" or run.data.kind != "online":
+        return run
+    if run.engine.type != "jax":
+        raise ConfigError(f"config.rl.schedule: 'deterministic' needs the in-process JaxEngine, but engine.type="
+                          f"{run.engine.type!r} samples on a server whose batching can change a request's tokens; set "
+                          "engine.type='jax' or rl.schedule='async'")
+    if run.rollout.mode != "async":
+        raise ConfigError(f"config.rollout.mode: {run.rollout.mode!r} is the benchmarks' lock-step baseline; "
+                          "rl.schedule='deterministic' plays its own schedule: set rollout.mode='async'")
+    changes: dict[str, Any] = {"engine.deterministic": True}
+    if run.reward.uses_judge:
+        if run.reward.judge.engine != "jax":
+            raise ConfigError(f"config.reward.judge.engine: {run.reward.judge.engine!r} judges on a server whose "
+                              "batching can change a verdict, but rl.schedule='deterministic'; set "
+                              "reward.judge.engine='jax' (in process) or rl.schedule='async'")
+        changes["reward.judge.deterministic"] = True
+    try:
+        return with_changes(run, **changes)
+    except FieldError as e:
+        raise e.at("config.engine.") from None
 
 
 def _check_across_sections(run: RunConfig) -> None:

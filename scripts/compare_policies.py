@@ -59,6 +59,7 @@ async def evaluate_policies(run, policies: dict[str, str], eval_seeds: int, atte
     from jaxwebrl.browser.pool import BrowserPool
     from jaxwebrl.engines.jax_engine import JaxEngine
     from jaxwebrl.evaluation.evaluate import EvalReport, evaluate
+    from jaxwebrl.main_job.online import run_engine_config
     from jaxwebrl.models import load_tokenizer
     from jaxwebrl.rollout.suites import make_suite, split_tasks
 
@@ -72,8 +73,9 @@ async def evaluate_policies(run, policies: dict[str, str], eval_seeds: int, atte
         async with BrowserPool(pool_cfg, env_cfg) as pool:
             for name, path in policies.items():
                 tok = load_tokenizer(path)
-                engine = JaxEngine.from_checkpoint(path, num_slots=run.engine.num_slots, max_len=run.engine.max_len,
-                                                   tokenizer=tok)
+                # the run's engine settings, deterministic when its schedule is (greedy outcomes then do not
+                # depend on the machine's load)
+                engine = JaxEngine.from_checkpoint(path, **run_engine_config(run).jax_kwargs(), tokenizer=tok)
                 try:
                     report = await evaluate(engine, tok, pool, env_cfg, tasks, seeds, run.agent,
                                             concurrency=pool_cfg.capacity)

@@ -26,11 +26,11 @@ CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 CHECK="import browsergym.miniwob, browsergym.core, playwright.sync_api"
 PACKAGES=("browsergym-miniwob==$BROWSERGYM_VERSION")
 if [ "${1:-}" = "--with-jaxwebrl" ]; then
-    CHECK="$CHECK, browsergym.experiments, jax, flax, optax, transformers, tokenizers, safetensors, httpx, jinja2"
+    CHECK="$CHECK, browsergym.experiments, jax, flax, optax, transformers, tokenizers, safetensors, httpx, jinja2, gguf"
     # jaxwebrl's runtime dependencies that its agent / engine code imports (pyproject.toml), minus playwright.
     PACKAGES+=("browsergym-experiments==$BROWSERGYM_VERSION" "playwright==1.44.0" "jax>=0.10.2" "flax>=0.12.8"
                "optax>=0.2.8" "transformers>=5.23" "tokenizers>=0.23" "safetensors>=0.8" "ml-dtypes>=0.6"
-               "httpx>=0.28" "ml-collections>=1.1" "absl-py>=2.1" "jinja2>=3.1")
+               "httpx>=0.28" "ml-collections>=1.1" "absl-py>=2.1" "jinja2>=3.1" "gguf>=0.19")
 fi
 
 if [ ! -x "$CHROMIUM" ]; then

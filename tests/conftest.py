@@ -1,11 +1,16 @@
-"""Shared pytest setup: keep JAX on the CPU with one device unless a test starts its own subprocess."""
+"""Shared pytest setup: keep JAX on the CPU with one device unless a test starts its own subprocess; fail the
+session when its tests leave a process running."""
 
 import atexit
 import os
 import shutil
 import tempfile
+import uuid
 
 import pytest
+
+import process_leaks
+from slow_tests import mark_slow
 
 # The suite compiles hundreds of small programs and runs most a few times, so compiling is much of its CPU
 # time: XLA's CPU backend at optimisation level 0 (LLVM codegen only: the HLO passes are the default's, values
@@ -30,6 +35,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Every process the session starts, directly or not, inherits this marker, so the check at the session's end
+# (pytest_sessionfinish) finds a leaked server also when it was orphaned. Set, not defaulted: a pytest run
+# inside a test (or an xdist worker) checks its own processes.
+os.environ[process_leaks.MARKER_VAR] = f"{os.getpid()}-{uuid.uuid4().hex}"
+LEAKS = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser) -> None:
@@ -72,6 +82,33 @@ def without_compilation_cache():
     finally:
         jax.config.update("jax_enable_compilation_cache", enabled)
         compilation_cache.reset_cache()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail the session when a process its tests started (a server, a browser, a worker) is still running once
+    every fixture has been torn down; list them, then kill them so the leak ends with the run."""
+    leaked = process_leaks.leftover_processes(os.getpid(), os.environ[process_leaks.MARKER_VAR])
+    session.config.stash[LEAKS] = leaked
+    if leaked:
+        process_leaks.kill(leaked)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    leaked = config.stash.get(LEAKS, [])
+    if leaked:
+        terminalreporter.section("processes left running", sep="=", red=True, bold=True)
+        terminalreporter.line(f"FAILED: the tests left {len(leaked)} process(es) running after the session "
+                              "(killed now). Start a server with jaxwebrl.procs.start_group and end it with "
+                              "stop_group, which ends its whole process group:", red=True)
+        for p in leaked:
+            terminalreporter.line(f"  {p}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they see the marker
+def pytest_collection_modifyitems(config, items) -> None:
+    mark_slow(items)
 
 
 def pytest_generate_tests(metafunc) -> None:

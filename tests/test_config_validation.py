@@ -210,3 +210,38 @@ def test_stage_changes_are_checked_again(tmp_path):
     assert (sft.loss.kind, sft.optim.lr, sft.workdir, run.loss.kind) == ("sft", 2e-3, "/tmp/x", run.loss.kind)
     with pytest.raises(ConfigError, match=r"lr: -1\.0 must be > 0"):
         with_changes(run, **{"optim.lr": -1.0})
+
+
+def test_deterministic_schedule_is_the_local_default_and_refuses_what_it_cannot_control():
+    """rl.schedule='deterministic' (the main job's and the local variants' default) runs the JaxEngine and an
+    in-process judge in their deterministic modes, and refuses engines whose batching this process does not
+    control, with the field and the fix."""
+    from jaxwebrl.config import apply_variants
+
+    main = parse_config(_load("grpo_local"))
+    assert main.rl.schedule == "deterministic" and main.engine.deterministic
+    local = _load("grpo_openwebrl")
+    local.local = True
+    local = parse_config(apply_variants(local))
+    assert local.rl.schedule == "deterministic" and local.engine.deterministic
+    judged = parse_config(_load("grpo_local_judge"))
+    assert judged.reward.judge.deterministic
+    paper = parse_config(_load("grpo_tpu"))
+    assert paper.rl.schedule == "async" and not paper.engine.deterministic
+    for field, value, message in [
+        ("engine.type", "sglang", r"config.rl.schedule: 'deterministic' needs the in-process JaxEngine"),
+        ("rollout.mode", "lockstep", r"config.rollout.mode: 'lockstep' is the benchmarks' lock-step baseline"),
+        ("engine.prefill_chunk", 100, r"config.engine.prefill_chunk: 100 with deterministic=True must divide"),
+        ("rl.schedule", "by_clock", r"config.rl.schedule: 'by_clock' is not allowed"),
+    ]:
+        c = _load("grpo_local")
+        section, name = field.split(".")
+        c[section][name] = value
+        with pytest.raises(ConfigError, match=message):
+            parse_config(c)
+    c = _load("grpo_local_judge")
+    c.reward.judge.engine, c.reward.judge.url = "openai", "http://127.0.0.1:9"
+    with pytest.raises(ConfigError, match=r"config.reward.judge.engine: 'openai' judges on a server"):
+        parse_config(c)
+    c.rl.schedule = "async"
+    assert not parse_config(c).engine.deterministic  # the throughput mode takes any engine

@@ -6,6 +6,7 @@ WebGym task-synthesis tool, and an end-to-end judgment by a tiny random Flax mod
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -230,10 +231,9 @@ def test_openwebrl_dead_server_and_timeout_are_judge_errors(tok: Any) -> None:
     v, e = _ow(tok, EngineUnavailableError("server gone"), done_traj(), retries=2, backoff_s=0.01)
     assert v.error == "judge_error" and v.error_kind == "unavailable" and v.calls[0].attempts == 3
     assert len(e.prompts) == 3
-    t0 = time.perf_counter()
     v, e = _ow(tok, "Verdict: SUCCESS", done_traj(), delay=5.0, timeout_s=0.2, retries=1, backoff_s=0.01)
-    assert v.error_kind == "timeout" and v.calls[0].attempts == 2 and e.cancelled == 2
-    assert time.perf_counter() - t0 < 2.0
+    # both attempts were cut by the timeout (the engine saw them cancelled, not answered), and counted
+    assert v.error_kind == "timeout" and v.calls[0].attempts == 2 and e.cancelled == 2 and v.calls[0].timeouts == 2
     v, e = _ow(tok, RuntimeError("boom"), done_traj())
     assert v.error_kind == "engine_error" and "boom" in v.error_detail
 
@@ -462,16 +462,29 @@ def test_reward_from_verdict_and_apply(tok: Any) -> None:
 
 
 def test_queue_judges_as_episodes_end_and_limits_hold(tok: Any) -> None:
-    """8 episodes end at once, 4 more a few seconds later; each is judged when it ends (no barrier). Queue limit
-    3 episodes, judge limit 2 model calls (a WebGym rubric makes 5 calls per episode): both measured."""
+    """8 episodes end at once, 4 more end only once those 8 are judged; each is judged when it ends (no
+    barrier: with one, the first 8 would wait for the last 4, which wait for them, until the safety limit, and
+    the order below would break). Queue limit 3 episodes, judge limit 2 model calls (a WebGym rubric makes 5
+    calls per episode): both measured."""
     be, engine = backend(tok, "Verdict: SUCCESS", delay=0.02)
     judge = WebGymRubricJudge(be, JudgeOptions(concurrency=2, retries=0))
     ends: dict[str, float] = {}
     judged: dict[str, float] = {}
-    queue = JudgeQueue(judge, concurrency=3, on_verdict=lambda traj, _v: judged.setdefault(traj.task_id, time.perf_counter()))
+    early_judged = asyncio.Event()
+
+    def on_verdict(traj: Any, _v: Any) -> None:
+        judged.setdefault(traj.task_id, time.perf_counter())
+        if all(f"t{i}" in judged for i in range(8)):
+            early_judged.set()
+
+    queue = JudgeQueue(judge, concurrency=3, on_verdict=on_verdict)
 
     async def episode(i: int) -> Any:
-        await asyncio.sleep(0.0 if i < 8 else 3.0 + 0.1 * i)
+        await asyncio.sleep(0)
+        if i >= 8:
+            with contextlib.suppress(asyncio.TimeoutError):  # safety limit only
+                await asyncio.wait_for(early_judged.wait(), 120)
+            await asyncio.sleep(0.001 * i)
         ends[f"t{i}"] = time.perf_counter()
         return trajectory(["```stop [34.99]```"], task_id=f"t{i}", rubric=RUBRIC)
 

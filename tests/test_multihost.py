@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxwebrl.procs import start_group, stop_group
 from multidevice import device_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,18 +38,21 @@ def _two_hosts(workdir: Path, *mode: str, timeout: float = 600) -> list[dict]:
     """Run the worker as processes 0 and 1 (4 CPU devices each); their reports. A hang (a collective one host
     skipped) fails after `timeout`; a crashed peer aborts the survivor after the 20 s heartbeat timeout."""
     port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, WORKER, str(i), "2", port, str(workdir), *mode], env=device_env(4),
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    # Each worker in its own process group: an online-loop worker starts Chromium, which must end with it.
+    procs = [start_group([sys.executable, WORKER, str(i), "2", port, str(workdir), *mode], env=device_env(4),
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError("a worker hung (a collective one host skipped?)")
-        assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
-        outs.append(_report(out))
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise AssertionError("a worker hung (a collective one host skipped?)") from None
+            assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
+            outs.append(_report(out))
+    finally:
+        for p in procs:  # a survivor of a failed peer, and whatever a worker left behind
+            stop_group(p, grace_s=5)
     return outs
 
 
@@ -67,15 +71,20 @@ def test_two_processes_agree_train_and_checkpoint(tmp_path: Path):
     multi, one = np.load(tmp_path / "params_multi.npz"), np.load(tmp_path / "params_single.npz")
     assert sorted(multi.files) == sorted(one.files) and len(one.files) > 5
     init = np.load(tmp_path / "params_init.npz")
-    scale = max(float(np.abs(one[k]).max()) for k in one.files)
-    step_size = max(float(np.abs(one[k] - init[k]).max()) for k in one.files)
-    diff = max(float(np.abs(one[k] - multi[k]).max()) for k in one.files)
-    # Adam moved the params by ~lr per step; the two runs agree to fp32 reduction-order noise, far below that.
-    # Adam divides by sqrt(v), so a weight whose gradient is near zero turns reduction-order noise (the batch
-    # reduced over two processes vs one; models/projection.py sums x^T g in its own order) into a visible
-    # share of its step: measured 2.3e-5 against a step of 2.0e-3. A wrong sharding differs by a whole step.
-    print(f"losses {outs[0]['losses']} vs one device {ref['losses']}; params: step {step_size:.2e}, multi-vs-single {diff:.2e}")
-    assert step_size > 1e-3 and diff / scale < 5e-5 and diff < step_size / 50, (step_size, diff, scale)
+    step_one = np.concatenate([(one[k] - init[k]).ravel() for k in one.files])  # what the 2 Adam steps moved
+    step_multi = np.concatenate([(multi[k] - init[k]).ravel() for k in one.files])
+    # Adam divides each element's step by that element's own gradient scale: where an element's gradients
+    # cancel (within a batch, or step 1 against step 2) float32 reduction-order noise (the batch reduced over two
+    # processes vs one) becomes a visible share of its step, up to a whole step where the sign flips: measured
+    # 4.3e-5 of a 2.0e-3 step on one element of 26,816 (AMD EPYC with AVX-512; 2.3e-5 on the developers'
+    # machine), so no bound holds for every element. Over all elements it averages out: the steps' difference
+    # measured 1.8e-4 of their norm; a sign flipped on one element adds 0.008, and a wrong sharding, which
+    # changes every element's step, is of the order of 1. Exact: both runs moved every element.
+    print(f"losses {outs[0]['losses']} vs one device {ref['losses']}; params: step {np.abs(step_one).max():.2e}, "
+          f"multi-vs-single {np.abs(step_multi - step_one).max():.2e} max, "
+          f"{np.linalg.norm(step_multi - step_one) / np.linalg.norm(step_one):.2e} of the steps' norm")
+    assert np.abs(step_one).max() > 1e-3 and np.all(step_one != 0) and np.all(step_multi != 0)
+    assert np.linalg.norm(step_multi - step_one) <= np.linalg.norm(step_one) / 50
     # (c) Orbax: saved from both processes, restored with the same sharding and values
     for r in outs:
         assert r["restored_equal"] and r["restored_step"] == 2, r

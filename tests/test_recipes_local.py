@@ -8,7 +8,7 @@ One config runs here: OpenWebRL (MM-GRPO, coordinate tool calls, format gate, dy
 about 2 minutes of CI; its screenshot twin is tests/test_local_vl.py. Every recipe's update and its paper
 mechanisms (WebGym's filtered REINFORCE, memory and replay among them) are tested with a scripted policy in
 test_recipe_mechanisms.py, every paper config's scale by the dry run, and the full local variant of each
-paper is measured in README.md. (WebGym's local variant ran here too until the suite outgrew CI's budget:
+paper is measured in RESULTS.md. (WebGym's local variant ran here too until the suite outgrew CI's budget:
 `pytest tests/test_recipes_local.py --local-variant=reinforce_webgym` runs any other.)
 """
 

@@ -3,6 +3,9 @@
 - the main job's smoke variant (`configs/grpo_local.py`, quick=true): scripted demonstrations -> tokenizer ->
   behaviour cloning -> one M-GRPO iteration -> evaluation report, HF export loaded by transformers;
 - an interrupted run resumes from its last checkpoint;
+- same seed, same run: the deterministic schedule gives bit-identical rollouts, training and weights with two
+  busy loops beside the second run, another seed gives another run, and a browser killed at a logical point
+  of a scheduled episode loses that episode (recorded) and the same one in a second run;
 - the offline paths train on what a real run wrote: SFT from its demonstrations, GRPO and RFT from its rollouts.
 (Every paper config's local variant: tests/test_recipes_local.py; their mechanisms: test_recipe_mechanisms.py.)
 """
@@ -118,10 +121,11 @@ def test_bc_rows_shorter_than_a_demonstration_are_refused(quick_run, tmp_path):
 def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
     """SIGKILL the whole process group during RL (as a preempted machine would), then run the same command."""
     import shutil
-    import signal
     import subprocess
     import sys
     import time
+
+    from jaxwebrl.procs import start_group, stop_group
 
     cfg, _ = quick_run
     work = tmp_path / "run"
@@ -137,13 +141,14 @@ def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
         return [json.loads(line) for line in history_file.read_text().splitlines()]
 
     with open(tmp_path / "killed.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 900
-        while len(records()) < 2 and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-        assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
-        os.killpg(proc.pid, signal.SIGKILL)  # the process, its browsers and their drivers
-        proc.wait()
+        proc = start_group(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 900
+            while len(records()) < 2 and proc.poll() is None and time.time() < deadline:
+                time.sleep(0.2)
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+        finally:
+            stop_group(proc, grace_s=0)  # SIGKILL to the process, its browsers and their drivers
     assert len(records()) == 2  # killed with iteration 1 logged (its checkpoint may or may not have landed)
 
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
@@ -254,3 +259,213 @@ def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
             compared += 1
         assert e["every"] == all(e["turns"])
     assert compared >= 4
+
+
+# ---- same seed, same run (issue 39) -------------------------------------------------------------------
+
+# training metrics that are functions of the batch and the weights (not of the clock)
+TRAINED = ("train/loss", "train/pg_loss", "train/kl_ref", "train/entropy", "train/grad_norm", "train/samples_used",
+           "train/tokens", "train/optimizer_steps", "policy_version", "rollout/reward", "rollout/groups_tried",
+           "rollout/env_errors")
+
+
+def _rollouts(work: Path) -> list[tuple]:
+    """Every trajectory the RL stage played, as the values that must not depend on the machine: group, task
+    instance, each turn's prompt and response ids and the response logprobs' bits, reward, termination."""
+    from jaxwebrl.data.records import read_trajectories
+
+    return [(t.group_id, t.task_id, t.metadata["seed"], t.metadata["schedule_index"], t.metadata["group_kept"],
+             [(tuple(u.prompt_ids), tuple(u.response_ids), tuple(float(x).hex() for x in u.response_logprobs))
+              for u in t.turns], float(t.reward).hex(), t.termination)
+            for t in read_trajectories(work / "rl" / "rollouts.jsonl")]
+
+
+def _weights_hash(path: Path) -> str:
+    import hashlib
+
+    tensors = load_file(str(path / "model.safetensors"))
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode() + np.ascontiguousarray(tensors[name]).tobytes())
+    return h.hexdigest()
+
+
+def _trained(work: Path) -> list[dict]:
+    history = [json.loads(line) for line in (work / "rl" / "history.jsonl").read_text().splitlines()]
+    return [{k: h["metrics"].get(k) for k in TRAINED} for h in history]
+
+
+def _busy_loops(n: int) -> list:
+    import subprocess
+    import sys
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def _rl_only(cfg, work: Path, **changes):
+    """The quick job's RL stage alone from the fixture run's BC (its policy_init, bc/ and demonstrations
+    copied), no report."""
+    import shutil
+
+    from jaxwebrl.main_job.stages import run_main_job
+
+    src = Path(cfg.workdir)
+    work.mkdir(parents=True)
+    for d in ("policy_init", "bc"):
+        shutil.copytree(src / d, work / d)
+    shutil.copy(src / "demonstrations.jsonl", work)
+    return run_main_job(with_changes(cfg, **{"workdir": str(work), "report.enabled": False, **changes}))
+
+
+def test_same_seed_same_run_under_load_and_another_seed_differs(quick_run, tmp_path):
+    """The quick main job again from scratch (a new process: demonstrations, tokenizer, BC, RL, evaluation)
+    with two CPU-bound processes of its own beside it: every rollout token, logprob bit, reward and termination,
+    every training metric, both exported policies and the report's outcomes equal the fixture run's. The RL
+    stage with seed 1 instead of 0, from the same BC, plays other groups and ends on other weights."""
+    import subprocess
+    import sys
+
+    cfg, summary = quick_run
+    first = Path(cfg.workdir)
+    assert cfg.rl.schedule == "deterministic" and summary["schedule"] == "deterministic"
+    again = tmp_path / "again"
+    busy = _busy_loops(2)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "train.py"), "--config", str(ROOT / "configs" / "grpo_local.py"),
+             "--config.quick=true", f"--config.workdir={again}", "--config.log.progress=false"],
+            cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=1800)
+        assert [b.poll() for b in busy] == [None, None]  # both loops ran the whole time
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rollouts = _rollouts(first)
+    assert len(rollouts) >= int(cfg.rollout.group_size) and any(r[4] for r in rollouts)
+    assert _rollouts(again) == rollouts
+    assert _trained(again) == _trained(first)
+    for policy in ("policy_init", "bc/hf", "rl/hf"):
+        assert _weights_hash(again / policy) == _weights_hash(first / policy), policy
+    evals = json.loads((again / "eval.json").read_text())
+    assert {k: v["outcomes"] for k, v in evals.items()} == {k: v["outcomes"] for k, v in summary["eval"].items()}
+    loaded = json.loads((again / "summary.json").read_text())["provenance"]
+    assert loaded["load_start"] and loaded["commit"]  # where and under what load it ran is recorded
+
+    other = _rl_only(cfg, tmp_path / "seed1", seed=1)
+    assert other["seed"] == 1
+    assert _rollouts(tmp_path / "seed1") != rollouts
+    assert _weights_hash(tmp_path / "seed1" / "rl" / "hf") != _weights_hash(first / "rl" / "hf")
+
+
+def test_a_browser_killed_mid_episode_loses_the_same_episode_in_two_runs(quick_run, tmp_path, monkeypatch):
+    """One browser per episode (contexts_per_browser=1), and the browser of scheduled episode 1 of group 0 is
+    SIGKILLed right after that episode's first step: the run completes, that episode (and only it) ends
+    env_error with its turns masked, the pool records the lost browser, and a second run, killed at the same
+    logical point, plays and trains exactly the same."""
+    import jaxwebrl.rollout.collector as collector
+
+    cfg, _ = quick_run
+    played = collector.run_episode
+    target = None
+    kills: list[str] = []
+
+    async def killing(env, engine, tokenizer, task, seed, agent, **kw):
+        nonlocal target
+        if kw.get("episode_id", "").endswith("/0.0/1"):  # iteration 0, schedule index 0, member 1
+            target = kw["episode_id"]
+            step = env.step
+
+            async def step_then_kill(text):
+                result = await step(text)
+                if not kills:
+                    pool = env.lease.pool
+                    kills.append(target)
+                    await pool.kill_browser(pool.slots.index(env.lease._slot))
+                return result
+
+            env.step = step_then_kill
+        return await played(env, engine, tokenizer, task, seed, agent, **kw)
+
+    monkeypatch.setattr(collector, "run_episode", killing)
+    runs = []
+    for name in ("killed", "killed_again"):
+        kills.clear()
+        _rl_only(cfg, tmp_path / name, **{"env.num_browsers": 2, "env.contexts_per_browser": 1})
+        assert kills == [target] and target is not None  # the kill happened, at the scheduled episode
+        runs.append(_rollouts(tmp_path / name))
+        history = [json.loads(line) for line in (tmp_path / name / "rl" / "history.jsonl").read_text().splitlines()]
+        assert history[0]["metrics"]["pool/browsers_lost"] >= 1 and history[0]["metrics"]["rollout/env_errors"] == 1
+    lost = [r for r in runs[0] if r[7] == "env_error"]
+    assert len(lost) == 1 and lost[0][0] == target.rsplit("/", 1)[0]
+    from jaxwebrl.data.records import read_trajectories
+
+    (masked,) = [t for t in read_trajectories(tmp_path / "killed" / "rl" / "rollouts.jsonl") if t.termination == "env_error"]
+    assert masked.metadata["episode_id"] == target and all(not any(u.response_mask) for u in masked.turns)
+    assert runs[1] == runs[0]
+    assert _weights_hash(tmp_path / "killed_again" / "rl" / "hf") == _weights_hash(tmp_path / "killed" / "rl" / "hf")
+
+
+def test_seeds_report_and_results_record_from_run_summaries(quick_run, tmp_path):
+    """scripts/seeds.py --report over seed_<k>/summary.json files (the fixture run's summary as seed 0, and as
+    seed 1 with RL's first held-out episode flipped), then scripts/results_tables.py's record and table row
+    from that multi-seed run and from the single run."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    cfg, summary = quick_run
+    work = tmp_path / "seeds"
+    flipped = json.loads(json.dumps(summary))
+    first = sorted(flipped["eval"]["RL"]["outcomes"])[0]
+    flipped["eval"]["RL"]["outcomes"][first] = not flipped["eval"]["RL"]["outcomes"][first]
+    for seed, s in ((0, summary), (1, flipped)):
+        (work / f"seed_{seed}").mkdir(parents=True)
+        (work / f"seed_{seed}" / "summary.json").write_text(json.dumps(s, default=str))
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "seeds.py"), "--report", str(work)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((work / "seeds_summary.json").read_text())
+    rl = next(p for p in result["policies"] if p["policy"] == "RL")
+    n = rl["episodes_per_seed"][0]
+    assert result["seeds"] == [0, 1] and abs(rl["per_seed"][1] - rl["per_seed"][0]) == pytest.approx(1 / n)
+    assert rl["interval"] == "t over seeds" and rl["ci_low"] < rl["mean"] < rl["ci_high"]
+    assert "| RL |" in (work / "seeds_report.md").read_text() and "## Runs" in (work / "seeds_report.md").read_text()
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "seeds.py"), "--report", str(work), "--compare",
+                          str(tmp_path / "none")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "no seed_<k>/summary.json" in bad.stderr
+
+    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "scripts" / "results_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    multi = tables.record_from_run(work, "main-job", "two seeds") | {"name": "multi"}
+    single = tables.record_from_run(Path(cfg.workdir), "main-job", "one run") | {"name": "single"}
+    assert multi["seeds"] == [0, 1] and multi["commit"] == summary["provenance"]["commit"]
+    assert single["seeds"] == [cfg.seed] and single["schedule"] == "deterministic" and single["load"]
+    assert single["policies"]["RL"]["mean"] == summary["eval"]["RL"]["success_rate"]
+    rows = tables.table([single, multi]).splitlines()[2:]
+    assert rows[0].startswith("| `single` |") and rows[1].startswith("| `multi` |") and "| 0, 1 |" in rows[1]
+
+
+def test_deterministic_overlap_is_one_update_behind_and_repeatable(quick_run, tmp_path):
+    """rl.overlap under the deterministic schedule: round 1 is collected while round 0 trains, on exactly the
+    weights before update 0 (swapped only at the round boundary), so it trains one update behind; two such
+    runs are the same run."""
+    cfg, _ = quick_run
+    changes = {"rl.iterations": 2, "rl.overlap": True, "train.old_logprobs": "engine"}
+    runs = []
+    for name in ("overlap", "overlap_again"):
+        _rl_only(cfg, tmp_path / name, **changes)
+        runs.append(_rollouts(tmp_path / name))
+        history = [json.loads(line) for line in (tmp_path / name / "rl" / "history.jsonl").read_text().splitlines()]
+        assert [h["metrics"]["rollout/policy_lag_max"] for h in history] == [0.0, 1.0]
+        assert history[0]["metrics"]["train/optimizer_steps"] > 0
+    from jaxwebrl.data.records import read_trajectories
+
+    played = read_trajectories(tmp_path / "overlap" / "rl" / "rollouts.jsonl")
+    versions: dict[int, set[int]] = {}
+    for t in played:
+        versions.setdefault(t.metadata["iteration"], set()).update(u.policy_version for u in t.turns)
+    assert len(versions[0]) == 1 and versions[1] == versions[0]  # round 1 sampled on the weights round 0 sampled on (before update 0)
+    assert runs[1] == runs[0] and {r[0].rsplit("/", 1)[1].split(".")[0] for r in runs[0]} == {"0", "1"}
+    assert _weights_hash(tmp_path / "overlap_again" / "rl" / "hf") == _weights_hash(tmp_path / "overlap" / "rl" / "hf")

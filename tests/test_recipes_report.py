@@ -95,3 +95,52 @@ def test_transformers_check_loads_text_and_vision_language_exports(tmp_path: Pat
     text, vl = transformers_check(str(tmp_path / "text")), transformers_check(str(tmp_path / "vl"))
     assert "AutoModelForCausalLM" in text and "(Qwen3ForCausalLM)" in text
     assert "AutoModelForImageTextToText" in vl and "(Qwen3VLForConditionalGeneration)" in vl and "screenshot" in vl
+
+
+# ---- reports over seeds and the generated tables (issue 39) -----------------------------------------------
+
+
+def _seed_summary(rl: list[int], bc: list[int]) -> dict:
+    """A summary.json's `eval` for one seed: 10 episodes of task t, the same instances for every seed."""
+    return {"schedule": "deterministic", "eval": {name: _report({"t": xs}).to_dict() for name, xs in
+                                                  (("random", [0] * 10), ("BC", bc), ("RL", rl))}}
+
+
+def test_seeds_report_hand_values() -> None:
+    from jaxwebrl.evaluation.seeds import compare, seeds_markdown, seeds_summary
+
+    runs = {0: _seed_summary(rl=[1] * 5 + [0] * 5, bc=[1] * 3 + [0] * 7),  # RL 0.5, BC 0.3: +0.2
+            1: _seed_summary(rl=[1] * 6 + [0] * 4, bc=[1] * 3 + [0] * 7),  # RL 0.6: +0.3
+            2: _seed_summary(rl=[1] * 7 + [0] * 3, bc=[1] * 4 + [0] * 6)}  # RL 0.7, BC 0.4: +0.3
+    result = seeds_summary(runs)
+    rl = next(p for p in result["policies"] if p["policy"] == "RL")
+    assert rl["per_seed"] == [0.5, 0.6, 0.7] and rl["mean"] == pytest.approx(0.6) and rl["sd"] == pytest.approx(0.1)
+    half = 4.302652729911275 * 0.1 / math.sqrt(3)  # t(0.975, 2 df) * sd / sqrt(3 seeds)
+    assert (rl["ci_low"], rl["ci_high"]) == (pytest.approx(0.6 - half), pytest.approx(0.6 + half))
+    diff = next(d for d in result["differences"] if d["comparison"] == "RL - BC")
+    assert diff["per_seed"] == [pytest.approx(0.2), pytest.approx(0.3), pytest.approx(0.3)]
+    sd = math.sqrt(((0.2 - 0.8 / 3) ** 2 + 2 * (0.3 - 0.8 / 3) ** 2) / 2)
+    assert diff["ci_high"] - diff["mean"] == pytest.approx(4.302652729911275 * sd / math.sqrt(3))
+    md = seeds_markdown(result)
+    assert "| RL | 60.0% |" in md and "t interval over the per-seed success rates" in md
+    one = seeds_summary({0: runs[0]})  # one seed: no seed variance, the episodes-only interval, said so
+    assert next(p for p in one["policies"] if p["policy"] == "RL")["interval"] == "Wilson, episodes only (1 seed)"
+    with pytest.raises(ValueError, match="different seeds"):
+        compare({0: runs[0], 1: runs[1]}, {0: runs[0], 2: runs[2]})
+    same = compare({0: runs[0], 1: runs[1]}, {0: runs[1], 1: runs[2]})
+    assert same["per_seed"] == [pytest.approx(0.1), pytest.approx(0.1)]
+
+
+def test_results_tables_are_written_from_the_records() -> None:
+    """README.md and RESULTS.md hold exactly what scripts/results_tables.py writes from the committed records,
+    and every row names its record."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "results_tables.py"), "--check"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = sorted(p.stem for p in (root / "benchmarks" / "measured" / "results").glob("*.json"))
+    text = (root / "README.md").read_text() + (root / "RESULTS.md").read_text()
+    assert records and all(f"`{name}`" in text for name in records)

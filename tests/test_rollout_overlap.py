@@ -63,6 +63,7 @@ def overlap_config(workdir: Path, **changes: Any):
     base = {"workdir": str(workdir), "model.source": "tiny", "model.path": "", "model.shape": {}, "bc.enabled": False,
             "report.enabled": False, "log.progress": False, "tasks.train": "click-test", "rl.overlap": True,
             "train.old_logprobs": "engine", "rl.replay_demonstrations": 0, "train.dynamic_sampling": False,
+            "rl.schedule": "async", "engine.deterministic": False,  # the throughput mode's overlap (completion order)
             "rollout.group_size": 2, "rollout.groups_per_iteration": 2, "rollout.max_concurrent_groups": 2,
             "rollout.max_groups_per_iteration": 40, "rollout.task_sampling": "uniform", "agent.max_steps": 3,
             "env.contexts_per_browser": 4, "agent.max_context_tokens": 8192, "train.seq_len": 8192,

@@ -118,14 +118,17 @@ async def run_episode(
     sample_seed: int | None = None,
     policy_version: int = 0,
     barrier: LockstepBarrier | None = None,
+    episode_id: str | None = None,
 ) -> EpisodeResult:
     """Play one episode of `task` (instance `seed`) in `env` with `engine`; see the module doc.
 
-    `barrier` is only for the lock-step benchmark baseline: each turn waits there for every live episode.
+    `sample_seed` seeds turn t's engine request with `sample_seed * 1000 + t`; `episode_id` names the episode
+    (its engine session and metadata; default a random one). `barrier` is only for the lock-step benchmark
+    baseline: each turn waits there for every live episode.
     """
     try:
         return await _run_episode(env, engine, tokenizer, task, seed, cfg, renderer, limits, group_id, sample_seed,
-                                  policy_version, barrier)
+                                  policy_version, barrier, episode_id)
     finally:
         if barrier is not None:
             barrier.leave()
@@ -134,12 +137,13 @@ async def run_episode(
 async def _run_episode(
     env: BrowserEnv, engine: Engine, tokenizer: PreTrainedTokenizerBase, task: Task, seed: int, cfg: AgentConfig,
     renderer: PromptRenderer | None, limits: OperationLimits | None, group_id: str, sample_seed: int | None,
-    policy_version: int, barrier: LockstepBarrier | None,
+    policy_version: int, barrier: LockstepBarrier | None, episode_id: str | None,
 ) -> EpisodeResult:
     renderer = renderer or PromptRenderer(tokenizer)
     limits = limits or OperationLimits()
     fmt, build = cfg.prompt(), get_strategy(cfg.strategy)
-    timer, episode_id = _Timer(), uuid.uuid4().hex[:12]
+    timer, episode_id = _Timer(), episode_id or uuid.uuid4().hex[:12]
+    timeouts: dict[str, int] = {}  # the agent's own safety limits that fired (generate, episode)
     start = time.perf_counter()
     turns: list[Turn] = []
     past: list[StepRecord] = []
@@ -158,6 +162,9 @@ async def _run_episode(
             for t, piece in zip(turns, last_pieces):
                 t.history_ids = list(piece)
         timer.add("episode", time.perf_counter() - start)
+        fired = dict(env.timeout_counts()) if hasattr(env, "timeout_counts") else {}
+        for kind, n in timeouts.items():
+            fired[kind] = fired.get(kind, 0) + n
         traj = Trajectory(
             task_id=getattr(task, "task_id", str(task)), turns=turns, reward=reward, group_id=group_id or episode_id,
             # the oldest weights that produced a token; an episode without a turn keeps the version it began on
@@ -167,7 +174,8 @@ async def _run_episode(
                       TURN_INFO_KEY: turn_infos,
                       "answer": getattr(env, "answer", None), "feedback": list(feedback),
                       "final_observation": final_observation,
-                      "rule_evaluator": bool(getattr(task, "has_rule_evaluator", True)), **(info or {})},
+                      "rule_evaluator": bool(getattr(task, "has_rule_evaluator", True)),
+                      "timeouts": fired, **(info or {})},
         )
         return EpisodeResult(traj, success, dict(timer.totals))
 
@@ -184,6 +192,7 @@ async def _run_episode(
             await barrier.wait()
             timer.add("wait", time.perf_counter() - t0)
         if time.perf_counter() - start > cfg.episode_timeout_s:
+            timeouts["episode"] = timeouts.get("episode", 0) + 1
             termination = "timeout"
             break
         messages = build(ContextInputs(fmt, goal, past, current, cfg.last_k, images=renderer.processor is not None))
@@ -202,6 +211,7 @@ async def _run_episode(
                                                  **extra), cfg.generate_timeout_s),
             )
         except asyncio.TimeoutError:
+            timeouts["generate"] = timeouts.get("generate", 0) + 1
             termination = "timeout"
             break
         except ValueError as exc:  # the engine refused the prompt (longer than its context)

@@ -17,6 +17,7 @@ a crashed or hung browser ends the episode with `env_error`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncContextManager, Callable
@@ -74,6 +75,8 @@ class BrowserEnv:
         self._reused = False
         self._t0 = 0.0
         self._closed = False
+        # safety-limit timeouts that fired in the current episode, by kind (`timeout_counts` adds the session's)
+        self.timeouts: collections.Counter[str] = collections.Counter()
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def reset(self, task: Task, seed: int = 0) -> Observation:
@@ -82,6 +85,7 @@ class BrowserEnv:
         if self._closed:
             raise RuntimeError("reset on a closed BrowserEnv")
         await self._drop_session()
+        self.timeouts.clear()
         self.task, self.answer, self.steps, self.done = task, None, 0, False
         self.termination_reason, self.error = None, None
         origins = tuple(task.allowed_origins()) + tuple(self.config.extra_allowed_origins)
@@ -96,6 +100,7 @@ class BrowserEnv:
                 obs = await self._start(task, seed, origins, reuse=False)
         except Exception as exc:
             self._end("env_error", f"reset failed: {type(exc).__name__}: {exc}")
+            self.timeouts["reset"] += isinstance(exc, asyncio.TimeoutError)
             if isinstance(exc, asyncio.TimeoutError) and self.session is not None:
                 await self.lease.check_health()
             raise EnvError(self.error) from exc
@@ -138,6 +143,14 @@ class BrowserEnv:
             healthy = not self.lease.crashed and self.termination_reason != "env_error" and session.reusable
             await self.lease.finish(session, self._reuse_key if park and healthy else None)
 
+    def timeout_counts(self) -> dict[str, int]:
+        """Every safety-limit timeout that fired in this episode, by kind: the env's (reset, step, episode,
+        evaluate, action, task_timer) and its session's (settle, navigation, load, navigation_start, ...)."""
+        counts = collections.Counter(self.timeouts)
+        if self.session is not None:
+            counts.update(self.session.timeouts)
+        return {k: int(v) for k, v in sorted(counts.items()) if v}
+
     def _end(self, reason: str, error: str | None = None) -> None:
         if not self.done:
             self.done = True
@@ -157,6 +170,7 @@ class BrowserEnv:
             self._end("env_error", "browser crashed")
             return StepResult(self._empty_obs(), "Environment error: the browser crashed.", False, True, None, "env_error")
         if time.monotonic() - self._t0 > self.config.episode_timeout_s:
+            self.timeouts["episode"] += 1
             self._end("timeout", "episode wall time exceeded")
             return StepResult(self._empty_obs(), "The episode timed out.", False, True, None, "timeout")
         loop = asyncio.get_running_loop()
@@ -168,6 +182,7 @@ class BrowserEnv:
         except AgentTimeout as exc:
             return self._agent_timeout(str(exc))
         except asyncio.TimeoutError:
+            self.timeouts["step"] += 1
             healthy = await self.lease.check_health()
             if healthy and self.session is not None and self.session.agent_wait_s >= self.config.step_timeout_s / 2:
                 return self._agent_timeout(f"the policy's waits took {self.session.agent_wait_s:.1f} s of the step")
@@ -216,6 +231,7 @@ class BrowserEnv:
                     feedback.append(f"Failed: '{action.name}' execution failed: the page was closed.")
                     continue
                 feedback.append(res.feedback)
+                self.timeouts["action"] += res.timeout
                 if res.invalid:
                     format_error = True
                     break
@@ -248,10 +264,12 @@ class BrowserEnv:
         try:
             res = await asyncio.wait_for(self.task.evaluate(self.session, self.answer), self.config.step_timeout_s)
         except Exception as exc:
+            self.timeouts["evaluate"] += isinstance(exc, asyncio.TimeoutError)
             if self.lease.crashed or not self.lease.connected():
                 return self._lost_before_evaluation()
             return EvalResult(0.0, False, {"error": f"evaluator failed: {type(exc).__name__}: {exc}"})
         res.info.setdefault("termination_reason", self.termination_reason)
+        self.timeouts["task_timer"] += bool(res.info.get("timed_out"))  # the task's own clock ended it
         return res
 
     def _lost_before_evaluation(self) -> EvalResult:

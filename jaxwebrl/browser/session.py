@@ -8,6 +8,7 @@ allowlist, and the navigation helpers that enforce it. It knows nothing of tasks
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 from typing import Any, Protocol
 
@@ -49,6 +50,11 @@ class BrowserSession:
         self.closed = False
         self.adopt_new_pages = True  # False while an evaluator opens its own scratch page
         self._nav_pending: set[Any] = set()  # in-flight document requests (navigation started, not loaded)
+        self._nav_event = asyncio.Event()  # set when a navigation request or a new tab begins
+        self._nav_idle = asyncio.Event()  # set while no document request is in flight
+        self._nav_idle.set()
+        # safety-limit timeouts that fired in this session's current episode, by kind (the env reports them)
+        self.timeouts: collections.Counter[str] = collections.Counter()
         self.left_allowlist: list[str] = []  # urls tabs committed outside the allowlist (reported, then blanked)
         self._blanking: set[asyncio.Future[Any]] = set()
         self.deadline = math.inf  # loop time by which the current step must end (set by the env per step)
@@ -63,8 +69,8 @@ class BrowserSession:
         await install(context, allowlist, self.blocked)
         context.on("page", self._on_page)
         context.on("request", self._on_request)
-        context.on("requestfinished", lambda r: self._nav_pending.discard(r))
-        context.on("requestfailed", lambda r: self._nav_pending.discard(r))
+        context.on("requestfinished", self._request_done)
+        context.on("requestfailed", self._request_done)
         page = await context.new_page()
         self._adopt(page)
         return self
@@ -81,6 +87,8 @@ class BrowserSession:
         self.active = 0
         self.adopt_new_pages = True
         self._nav_pending.clear()
+        self._nav_idle.set()
+        self.timeouts.clear()
 
     @property
     def reusable(self) -> bool:
@@ -103,13 +111,21 @@ class BrowserSession:
             return
         self._adopt(page)
         self.active = len(self.pages) - 1
+        self._nav_event.set()
 
     def _on_request(self, request: Any) -> None:
         try:
             if request.is_navigation_request():
                 self._nav_pending.add(request)
+                self._nav_idle.clear()
+                self._nav_event.set()
         except Exception:
             pass
+
+    def _request_done(self, request: Any) -> None:
+        self._nav_pending.discard(request)
+        if not self._nav_pending:
+            self._nav_idle.set()
 
     def _on_close(self, page: Page) -> None:
         if page in self.pages:
@@ -202,7 +218,8 @@ class BrowserSession:
         popup's error page) are sent to about:blank before anything is observed; returns the urls they were
         on since the last call."""
         if self._blanking:
-            await asyncio.wait(set(self._blanking), timeout=self.config.action_timeout_s)
+            _, late = await asyncio.wait(set(self._blanking), timeout=self.config.action_timeout_s)
+            self.timeouts["blank_page"] += bool(late)
         out, self.left_allowlist = self.left_allowlist, []
         for page in list(self.pages):
             url = page.url
@@ -213,31 +230,48 @@ class BrowserSession:
             await self._blank(page)
         return list(dict.fromkeys(out))
 
-    async def await_navigation_start(self, timeout_s: float = 0.5) -> bool:
-        """After an input that may navigate (a mouse click at a point), wait briefly for a navigation or a new
-        tab to begin: their events can arrive after the click returns, most of all on a loaded machine.
-        Returns at once when one begins; False when none did within `timeout_s`."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout_s
+    async def await_navigation_start(self, timeout_s: float = 10.0) -> bool:
+        """After an input that may navigate (a mouse click at a point), learn whether it began a navigation or
+        a new tab, from the page rather than the clock: a round trip through the page's event loop runs after
+        the click's handlers and default action, which is where a navigation or popup is requested, and its
+        request event normally reaches us before the round trip's answer (a later one is still waited out by
+        the `settle` that follows). Returns True when one began. `timeout_s`
+        is a safety limit on the round trip (a hung page); when it fires it is counted."""
         url, tabs = self.page.url, len(self.pages)
-        while loop.time() < end:
-            if self._nav_pending or self.page.url != url or len(self.pages) != tabs:
-                return True
-            await asyncio.sleep(0.02)
-        return False
+        self._nav_event.clear()
+        page = self.page
+        try:
+            await asyncio.wait_for(page.evaluate("() => new Promise(r => setTimeout(r, 0))"), timeout_s)
+        except asyncio.TimeoutError:
+            self.timeouts["navigation_start"] += 1
+        except Exception:  # the page navigated away during the round trip: a navigation began
+            return True
+        return self._nav_event.is_set() or bool(self._nav_pending) or page.url != url or len(self.pages) != tabs
 
     async def settle(self) -> None:
-        """Let the page react before observing: a short pause, then wait out any navigation it started."""
+        """Let the page react before observing: `settle_s` on the page's own clock (a page timer, so timers the
+        action scheduled for earlier fire first, whatever the machine's load), then wait out any navigation
+        it started (on its events). The waits' safety limits are `action_timeout_s`; each that fires is
+        counted in `timeouts`."""
         if self.config.settle_s > 0:
-            await asyncio.sleep(self.config.settle_s)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.action_timeout_s
-        while self._nav_pending and loop.time() < deadline:
-            await asyncio.sleep(0.02)
+            try:
+                await asyncio.wait_for(self.page.evaluate("ms => new Promise(r => setTimeout(r, ms))",
+                                                          self.config.settle_s * 1000),
+                                       self.config.action_timeout_s)
+            except asyncio.TimeoutError:
+                self.timeouts["settle"] += 1
+            except Exception:  # the page navigated (its context went away): wait for the new document below
+                pass
+        if self._nav_pending:
+            try:
+                await asyncio.wait_for(self._nav_idle.wait(), self.config.action_timeout_s)
+            except asyncio.TimeoutError:
+                self.timeouts["navigation"] += 1
         try:
             await self.page.wait_for_load_state("load", timeout=self.config.action_timeout_s * 1000)
-        except Exception:
-            pass
+        except Exception as exc:
+            if type(exc).__name__ == "TimeoutError":
+                self.timeouts["load"] += 1
 
     # ---- the policy's own time ----------------------------------------------------------------------
     def start_step(self, deadline: float) -> None:

@@ -53,6 +53,10 @@ class EngineConfig:
     prefix_cache_tokens: int = 0  # jax: tokens the prefix cache holds (0: num_slots * max_len, as the slots)
     page_size: int = 16  # jax: tokens per cached block (prefixes are reused in whole blocks)
     prefill_chunk: int = 512  # jax: prompt tokens prefilled between two decode steps
+    # jax: a request's tokens and logprobs do not depend on what else is in flight (chunks on a fixed grid,
+    # fixed decode capacity, slot-by-slot decode, prefix reuse in whole chunks; jax_scheduler's doc).
+    # rl.schedule='deterministic' turns it on.
+    deterministic: bool = False
     seed: int = 0
     checkpoint: str = ""  # HF dir: the JaxEngine's model when no params are given; a launched server's start
     url: str = ""  # sglang: one server
@@ -78,6 +82,11 @@ class EngineConfig:
         if self.prefix_cache and 0 < self.prefix_cache_tokens < self.page_size:
             raise FieldError("prefix_cache_tokens", f"{self.prefix_cache_tokens} is less than one page "
                              f"(page_size={self.page_size})", "raise it, or set engine.prefix_cache=False")
+        if self.deterministic and (self.max_len % self.prefill_chunk
+                                   or (self.prefix_cache and self.prefill_chunk % self.page_size)):
+            raise FieldError("prefill_chunk", f"{self.prefill_chunk} with deterministic=True must divide max_len="
+                             f"{self.max_len} and be a multiple of page_size={self.page_size}",
+                             "use e.g. prefill_chunk=128 (prompts are cut on a fixed grid of whole chunks)")
         at_least("retries", self.retries, 0)
         positive("request_timeout", self.request_timeout)
         if self.type == "sglang" and self.weight_sync == "restart" and not self.launch:
@@ -88,7 +97,7 @@ class EngineConfig:
         """Keyword arguments of `JaxEngine` (and `JaxEngine.from_checkpoint`) this section sets."""
         return dict(num_slots=self.num_slots, max_len=self.max_len or None, seed=self.seed,
                     prefix_cache=self.prefix_cache, prefix_cache_tokens=self.prefix_cache_tokens or None,
-                    page_size=self.page_size, prefill_chunk=self.prefill_chunk)
+                    page_size=self.page_size, prefill_chunk=self.prefill_chunk, deterministic=self.deterministic)
 
     @property
     def server_urls(self) -> list[str]:

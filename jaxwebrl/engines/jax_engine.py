@@ -68,6 +68,7 @@ from jaxwebrl.engines.jax_programs import (
     chunk_prefill,
     compile_counts,
     decode,
+    decode_by_row,
     decode_vl,
     drop_layer_axis,
     get_row,
@@ -99,7 +100,12 @@ class JaxEngine(SlotScheduler):
 
     `prefix_cache` (text models; a VL engine prefills every prompt whole and caches nothing, images or not)
     keeps up to `prefix_cache_tokens` tokens of keys and values (default: as many as the slots hold) in pages
-    of `page_size` tokens; `prefill_chunk` bounds the prompt tokens prefilled between two decode steps."""
+    of `page_size` tokens; `prefill_chunk` bounds the prompt tokens prefilled between two decode steps.
+
+    `deterministic`: a request's tokens and logprobs are bit-identical whatever else is in flight (see
+    "Deterministic mode" in jax_scheduler's doc): chunks on a fixed grid of `prefill_chunk` positions, each
+    padded to the full width; the decode cache fixed at `max_len`; the prefix cache reuses only whole
+    prefilled grid chunks; sampled requests must carry `SamplingParams.seed`."""
     def __init__(
         self,
         cfg: ModelConfig | VLConfig,
@@ -119,6 +125,7 @@ class JaxEngine(SlotScheduler):
         prefix_cache_tokens: int | None = None,
         page_size: int = 16,
         prefill_chunk: int = 512,
+        deterministic: bool = False,
     ) -> None:
         self.cfg = cfg
         self.is_vl = isinstance(cfg, VLConfig)
@@ -169,7 +176,9 @@ class JaxEngine(SlotScheduler):
         layer = jax.ShapeDtypeStruct((self.num_slots, K, self.max_len, hd), dtype)
         layer_sharding = tree_shardings(layer, LAYER_CACHE_AXES, mesh) if mesh is not None else one
         self._cache_shardings = {n: (layer_sharding,) * L for n in ("k", "v")}  # the same at every capacity
-        self._capacity = self.buckets[0]
+        self.deterministic = bool(deterministic)
+        # deterministic: one capacity for good, so a decode step's shapes never follow the requests in flight
+        self._capacity = self.max_len if self.deterministic else self.buckets[0]
         with self._mesh_ctx():
             self._cache = jax.jit(lambda: init_layer_cache(text_cfg, self.num_slots, self._capacity, cache_dtype),
                                   out_shardings=self._cache_shardings)()
@@ -185,6 +194,8 @@ class JaxEngine(SlotScheduler):
         self._resize = jax.jit(named(resize_cache, f"jaxengine{self._uid}_resize"), static_argnums=(1,),
                                out_shardings=self._cache_shardings)
         decode_fn = functools.partial(decode_vl if isinstance(cfg, VLConfig) else decode, cfg)  # one program per capacity
+        if self.deterministic:  # slot by slot: a row's numbers do not depend on its slot (jax_programs.decode_by_row)
+            decode_fn = functools.partial(decode_by_row, decode_fn)
         self._decode = jax.jit(named(decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,))
 
         if prefill_chunk < 1 or page_size < 1:
@@ -192,6 +203,12 @@ class JaxEngine(SlotScheduler):
         self.prefill_chunk = min(int(prefill_chunk), self.max_len)
         self._chunk_buckets = tuple(b for b in self.buckets if b < self.prefill_chunk) + (self.prefill_chunk,)
         self.page_size = int(page_size)
+        if self.deterministic:  # every chunk is one full grid chunk: [k C, (k + 1) C), padded
+            self._chunk_buckets = (self.prefill_chunk,)
+            if self.max_len % self.prefill_chunk or (prefix_cache and self.prefill_chunk % self.page_size):
+                raise ValueError(f"deterministic=True needs max_len={self.max_len} to be a multiple of prefill_chunk="
+                                 f"{self.prefill_chunk}, and prefill_chunk a multiple of page_size={self.page_size} "
+                                 "(prefixes are reused in whole chunks); e.g. prefill_chunk=128, page_size=16")
         self._index: RadixIndex | None = None
         self._pool: PagePool | None = None
         if prefix_cache and not self.is_vl:
@@ -268,6 +285,9 @@ class JaxEngine(SlotScheduler):
         loop = asyncio.get_running_loop()
         self._ensure_running()
         stop_ids = set() if params.ignore_eos else set(params.stop_token_ids) | set(self.eos_token_ids)
+        if self.deterministic and params.seed is None and not params.is_greedy:
+            raise ValueError(f"engine {self.name!r} is deterministic: a sampled request needs SamplingParams.seed "
+                             "(a seed drawn from the engine would depend on the order requests arrive)")
         seed = int(params.seed) if params.seed is not None else int(self._rng.integers(0, 2**32))
         req = Request(rid, prompt.astype(np.int32), params, seed % 2**32, frozenset(stop_ids), loop.create_future())
         if self.is_vl:  # host work and its errors stay with this caller, never in the scheduler
@@ -394,7 +414,7 @@ class JaxEngine(SlotScheduler):
             "cache_pages": 0 if self._pool is None else self._pool.num_pages,
             "cache_pages_used": 0 if self._index is None else self._index.cached_blocks,
             "cache_evictions": 0 if self._index is None else self._index.evictions,
-            "cache_capacity": self._capacity,
+            "cache_capacity": self._capacity, "deterministic": self.deterministic,
         }
 
     def compile_counts(self) -> dict[str, int]:

@@ -6,6 +6,18 @@ step, until a stop condition frees its slot. The cache's capacity follows the lo
 published to the prefix cache. One asyncio task runs `_run`; the device work (`_device_step`) runs in the
 engine's single worker thread.
 
+Deterministic mode (`deterministic=True`): a request's tokens and logprobs must not depend on what else is in
+flight, so every shape and every value it computes with is a function of the request alone. Prefill: the
+prompt is cut on a fixed grid of `prefill_chunk` (C) positions, [kC, (k+1)C), each chunk padded to width C and
+attending over the bucket of (k+1)C, whatever the queue holds (the budget then only decides how many chunks a
+step runs); the key and value at a position are thereby a function of the tokens up to it. Prefix cache: a
+request takes only whole grid chunks ((k C) tokens) of a match, and only prompt blocks computed by such
+prefills are published, never a finished request's response (decode steps compute those keys and values
+with other shapes): what it loads is bit-identical to what it would recompute. Decode: the cache's capacity
+stays at `max_len` (a reduction over another length may round differently); rows do not mix, and sampling
+keys come from the request's seed and token index. The price is attention over `max_len` in every decode
+step and prompts padded to whole chunks.
+
 `SlotScheduler` is the base of `JaxEngine` (jax_engine.py), which builds the programs, the cache and the
 prefix cache it drives and serves the Engine API on top.
 """
@@ -75,6 +87,7 @@ class SlotScheduler:
     is_vl: bool
     prefill_chunk: int
     page_size: int
+    deterministic: bool
     _executor: Any
     _params: Params
     _cache: dict[str, Any]
@@ -236,6 +249,8 @@ class SlotScheduler:
         """Cut the cache to the bucket of the longest request in flight (whole prompts of those prefilling,
         the next position of those decoding) once that is at most half the capacity: the halving keeps a
         request at a bucket's edge from resizing the cache back and forth. Steps grow it (`_grow`)."""
+        if self.deterministic:  # the capacity stays at max_len
+            return
         need = [req.prompt.size for slot, req in prefilling if self._slots[slot] is req]
         need += [int(self._pos[slot]) + 1 for slot, r in enumerate(self._slots) if r is not None and r.decoding]
         if need and (target := self._bucket(max(need))) <= self._capacity // 2:
@@ -275,13 +290,16 @@ class SlotScheduler:
             self._grow(n)  # the row holds the whole prompt, the cached pages first
             if self._index is not None and self._pool is not None:
                 pages = self._index.match(req.prompt, limit=n - 1)
+                if self.deterministic:  # whole grid chunks only: the next chunk starts where a fresh prefill's would
+                    pages = pages[:len(pages) - len(pages) % (self.prefill_chunk // self.page_size)]
                 if pages:
                     self._cache = self._pool.load(self._cache, slot, pages)
                     cached = len(pages) * self.page_size
                     req.prefilled = cached
                     self.cached_tokens += cached
         start = req.prefilled
-        size = min(n - start, budget)
+        # deterministic: the next grid chunk whatever the budget (start is a multiple of prefill_chunk)
+        size = min(n - start, self.prefill_chunk if self.deterministic else budget)
         width = next(b for b in self._chunk_buckets if b >= size)
         s0 = min(start, self.max_len - width)  # keep the padded window inside the row (recomputes a few)
         count = start + size - s0
@@ -355,7 +373,8 @@ class SlotScheduler:
         return None
 
     def _finish(self, slot: int, req: Request, reason: str) -> None:
-        if self._index is not None and req.decoding and req.kv_epoch == self._cache_epoch and self._slots[slot] is req:
+        if (self._index is not None and req.decoding and req.kv_epoch == self._cache_epoch and self._slots[slot] is req
+                and not self.deterministic):  # deterministic: decode-computed keys and values are never reused
             # Cache prompt + response: positions below the slot's current one hold their keys and values (the
             # last sampled token's were never computed). The row stays intact until the next device step,
             # which copies the blocks before any prefill can reuse the slot.

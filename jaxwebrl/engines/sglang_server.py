@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Literal, Sequence
 
 import httpx
+
+from jaxwebrl.procs import start_group, stop_group
 
 Device = Literal["cpu", "tpu", "gpu"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -167,9 +168,8 @@ class SGLangServer:
         log = open(self.log_path, "ab")
         self._log_start = log.tell()
         try:
-            # A new session: stop() signals the whole process group the server forks.
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         env=self.environment(), start_new_session=True)
+            # Its own process group: stop() ends the scheduler and detokenizer the server forks too.
+            self.proc = start_group(self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.environment())
         finally:
             log.close()
         if wait:
@@ -208,6 +208,7 @@ class SGLangServer:
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 code = None if self.proc is None else self.proc.returncode
+                self.stop()  # what the server forked before it died
                 raise ServerStartError(f"SGLang server exited with code {code} before it was ready; "
                                        f"log {self.log_path}:\n{self.log_tail()}")
             try:
@@ -221,25 +222,10 @@ class SGLangServer:
                                f"{timeout or self.startup_timeout:.0f}s; log {self.log_path}:\n{self.log_tail()}")
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM the server's process group, SIGKILL it if it lingers."""
+        """SIGTERM the server's process group, SIGKILL it if it lingers (jaxwebrl.procs.stop_group)."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # Children that outlived the leader (scheduler / detokenizer workers) share its group id.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if proc is not None:
+            stop_group(proc, grace_s=timeout)
 
     def restart(self, model_path: str | os.PathLike[str] | None = None) -> None:
         """Stop and start again (on `model_path` if given), same port, and wait until ready."""

@@ -37,6 +37,7 @@ class EvalReport:
     outcomes: dict[str, bool] = dataclasses.field(default_factory=dict)  # "task@seed" -> success, for pairing
     # every evaluated episode, in (task, seed) order, for the trajectory viewer (not in to_dict/eval.json)
     trajectories: list[Trajectory] = dataclasses.field(default_factory=list, repr=False)
+    timeouts: dict[str, int] = dataclasses.field(default_factory=dict)  # safety limits that fired, by kind
 
     @property
     def successes(self) -> int:
@@ -58,7 +59,8 @@ class EvalReport:
         lo, hi = self.interval
         return {"success_rate": self.success_rate, "ci_low": lo, "ci_high": hi, "episodes": self.episodes,
                 "per_task": {k: {"successes": s, "episodes": n} for k, (s, n) in self.per_task.items()},
-                "terminations": self.terminations, "mean_steps": self.mean_steps, "outcomes": self.outcomes}
+                "terminations": self.terminations, "mean_steps": self.mean_steps, "outcomes": self.outcomes,
+                "timeouts": self.timeouts}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,11 +126,14 @@ async def evaluate(
     terms: dict[str, int] = {}
     steps = []
     outcomes: dict[str, bool] = {}
+    timeouts: dict[str, int] = {}
     for task_id, seed, r in results:
+        for kind, n in (r.trajectory.metadata.get("timeouts") or {}).items():
+            timeouts[kind] = timeouts.get(kind, 0) + int(n)
         s, n = per_task.setdefault(task_id, [0, 0])
         per_task[task_id] = [s + int(r.success), n + 1]
         terms[r.trajectory.termination] = terms.get(r.trajectory.termination, 0) + 1
         steps.append(len(r.trajectory.turns))
         outcomes[f"{task_id}@{seed}"] = bool(r.success)
     return EvalReport({k: (v[0], v[1]) for k, v in per_task.items()}, terms, sum(steps) / max(1, len(steps)),
-                      outcomes, [r.trajectory for _, _, r in results])
+                      outcomes, [r.trajectory for _, _, r in results], timeouts)

@@ -219,12 +219,29 @@ def stage_times(seconds: Mapping[str, float]) -> str:
     return ", ".join(parts)
 
 
+SCHEDULE_NOTES = {
+    "deterministic": "deterministic: rounds follow the run's logical schedule (seed, iteration, group) and the "
+                     "engine is batch-invariant, so the same config and seed give the same rollouts, weights and "
+                     "report whatever the machine's load",
+    "async": "async (throughput mode): groups train in the order they finish, so two runs with the same seed "
+             "differ, by more on a loaded machine",
+}
+
+
+def timeouts_line(timeouts: Mapping[str, Mapping[str, int]]) -> str:
+    """'none' or the safety-limit timeouts that fired, by stage and kind."""
+    parts = [f"{stage}: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+             for stage, kinds in timeouts.items() if kinds]
+    return "; ".join(parts) if parts else "none"
+
+
 def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], history: Sequence[Mapping[str, Any]],
                      seconds: Mapping[str, float], final_policy: str, demo_file: Path | None,
-                     held_out: Mapping[str, EvalReport] | None = None) -> Path:
-    """The main job's report.md: the tables and plots of `write_report` plus what was run, how long each stage
-    took, what each policy is, the policies on the held-out tasks (`report.held_out_tasks`), and the exported
-    policy loaded back with transformers. Also prints the tables."""
+                     held_out: Mapping[str, EvalReport] | None = None, summary: Mapping[str, Any] | None = None) -> Path:
+    """The main job's report.md: the tables and plots of `write_report` plus what was run (seed, schedule,
+    commit, machine load, the timeouts that fired), how long each stage took, what each policy is, the policies
+    on the held-out tasks (`report.held_out_tasks`), and the exported policy loaded back with transformers.
+    Also prints the tables."""
     wall = sum(seconds.values())
     bc, rl = run.bc, run.rl
     context = f", page tokens trained at weight {bc.context_loss_weight}" if bc.context_loss_weight else ""
@@ -235,7 +252,7 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
         "Run": (f"recipe `{run.recipe}`, suite `{run.tasks.suite}`, tasks `{run.tasks.train or 'train split'}`; "
                 f"{len(history)} RL iterations x {run.rollout.groups_per_iteration} groups of "
                 f"{run.rollout.group_size}; wall time {wall / 60:.1f} min ({stage_times(seconds)}; summed over "
-                "resumed segments)."),
+                f"resumed segments). Seed {run.seed}; schedule {SCHEDULE_NOTES.get(run.rl.schedule, run.rl.schedule)}."),
         "Policies": (f"{_first_policy(run)}; BC: "
                      f"{bc.steps} SFT steps on the scripted solvers' demonstrations "
                      f"({bc.demonstration_seeds} training seeds per task{context}{_trained_part(run)}); RL: BC "
@@ -244,6 +261,12 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
         "Exported policy": transformers_check(final_policy),
         "Logs": f"TensorBoard: `tensorboard --logdir {work}` (bc/logs, rl/logs).",
     }
+    if summary is not None:
+        prov = summary.get("provenance", {})
+        sections["Run"] += (f" Commit {prov.get('commit', '?')}{' (with local changes)' if prov.get('dirty') else ''}, "
+                            f"{prov.get('date', '?')}, `{prov.get('command', '?')}`; load average at start "
+                            f"{prov.get('load_start')}, at end {prov.get('load_end')} on {prov.get('machine', {}).get('cpus')} "
+                            f"CPUs. Safety-limit timeouts that fired: {timeouts_line(summary.get('timeouts', {}))}.")
     subsets = demonstration_subsets(demo_file, reports) if demo_file is not None else None
     if subsets:
         sections["Policies"] += (" Tasks without demonstrations: "

@@ -196,7 +196,7 @@ class CallRunner:
         start = time.perf_counter()
         kind: ErrorKind | None = None
         detail = ""
-        attempts = 0
+        attempts = timeouts = 0
         for attempt in range(self.options.retries + 1):
             if attempt:
                 await asyncio.sleep(self.options.backoff_s * 2 ** (attempt - 1))
@@ -208,8 +208,10 @@ class CallRunner:
                 try:
                     out = await asyncio.wait_for(self.backend.complete(messages, params), self.options.timeout_s)
                     return JudgeCall(purpose, out.text, out.token_ids, out.prompt_ids,
-                                     time.perf_counter() - start, attempts, dropped_ids=out.dropped_ids)
+                                     time.perf_counter() - start, attempts, dropped_ids=out.dropped_ids,
+                                     timeouts=timeouts)
                 except asyncio.TimeoutError:
+                    timeouts += 1
                     kind, detail = "timeout", f"no answer within {self.options.timeout_s:g} s"
                 except BackendError as exc:
                     kind, detail = exc.kind, str(exc)
@@ -224,4 +226,4 @@ class CallRunner:
             if kind not in _RETRYABLE:
                 break
         return JudgeCall(purpose, latency_s=time.perf_counter() - start, attempts=attempts, error_kind=kind,
-                         error_detail=f"{self.backend.name}: {detail}"[:2000])
+                         error_detail=f"{self.backend.name}: {detail}"[:2000], timeouts=timeouts)

@@ -36,6 +36,7 @@ class JudgeCall:
     error_kind: ErrorKind | None = None
     error_detail: str = ""
     dropped_ids: int = 0  # sampled ids the tokenizer has no text for (kept in token_ids, not in text)
+    timeouts: int = 0  # attempts that ran past the judge's timeout (retried or not): counted in the run's records
 
 
 @dataclasses.dataclass(frozen=True)

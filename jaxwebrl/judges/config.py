@@ -47,6 +47,9 @@ class JudgeConfig:
     mode: str = "em_or_majority"  # browseragent
     jax_num_slots: int = 4
     jax_max_len: int = 4096
+    # jax: the in-process engine's deterministic mode (verdicts independent of what else is judged at once);
+    # rl.schedule='deterministic' turns it on
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         one_of("kind", self.kind, JUDGE_KINDS)
@@ -108,7 +111,8 @@ def make_backend(cfg: JudgeConfig, url: str | None = None, *, tokenizer: Any | N
         from jaxwebrl.engines.jax_engine import JaxEngine
 
         engine = JaxEngine.from_checkpoint(cfg.model_path, mesh=mesh, tokenizer=tokenizer, num_slots=cfg.jax_num_slots,
-                                           max_len=cfg.jax_max_len, name="judge-jax")
+                                           max_len=cfg.jax_max_len, name="judge-jax", deterministic=cfg.deterministic,
+                                           prefill_chunk=128 if cfg.deterministic else 512)
         return EngineBackend(engine, tokenizer)
     if cfg.engine == "sglang":
         from jaxwebrl.engines.sglang_engine import SGLangEngine

@@ -55,6 +55,10 @@ class EpisodeScorer:
         self.counts["judged"] += 1
         self.counts["calls"] += sum(max(1, c.attempts) for c in verdict.calls)
         self.counts["errors"] += verdict.error is not None
+        fired = sum(c.timeouts for c in verdict.calls)
+        if fired:  # every judge timeout that fired, in the episode's own record (rollout metrics sum them)
+            timeouts = traj.metadata.setdefault("timeouts", {})
+            timeouts["judge"] = timeouts.get("judge", 0) + fired
         self.counts["successes"] += bool(traj.metadata[JUDGED_SUCCESS_KEY])
 
     @property

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxwebrl.fields import FieldError, at_least, comma_list, positive
+from jaxwebrl.fields import FieldError, at_least, comma_list, one_of, positive
+
+# deterministic: what enters training, and in what order, follows the run's logical schedule (seed, iteration,
+# group index), never the order in which episodes finish; the JaxEngine runs in its deterministic mode. The
+# same config and seed give bit-identical rollouts, batches and weights whatever else runs on the machine.
+# async: groups train in completion order as soon as a round has enough (the throughput mode).
+SCHEDULES = ("deterministic", "async")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,8 +32,12 @@ class RLConfig:
     # behind, bounded by rollout.max_policy_lag; importance ratios from the sampler's logprobs). Off: strictly
     # on-policy, as every paper's recipe is written.
     overlap: bool = False
+    # How a round's groups are chosen and ordered (SCHEDULES above). With overlap, 'deterministic' defines it
+    # logically: round k+1 samples on exactly the weights after update k-1, swapped only at round boundaries.
+    schedule: str = "async"
 
     def __post_init__(self) -> None:
+        one_of("schedule", self.schedule, SCHEDULES)
         at_least("iterations", self.iterations, 0)
         at_least("eval_every", self.eval_every, 0)
         if self.replay_demonstrations < 0:

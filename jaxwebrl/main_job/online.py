@@ -15,6 +15,17 @@ the collector drops groups beyond `rollout.max_policy_lag` as they finish. A kil
 next batch, which was never trained: the checkpoint of round k holds exactly rounds 0..k, and a resumed run
 collects round k+1 again.
 
+`rl.schedule='deterministic'` (the main job's default) decides every round from the run's logical schedule
+instead of the order in which episodes finish: round k's groups are drawn from (seed, k) and the task
+sampler's state at the round boundary; group i's members sample with seeds of (seed, k, i, member) (the turn
+is added per request); the round is the shortest prefix of its schedule holding `groups_per_iteration`
+accepted groups (`Collector.collect_scheduled`), in schedule order; the learnability sampler, the replay
+draws and the demonstration picks are updated from the played prefix in schedule order at the round
+boundary. With `rl.overlap` the overlap is logical too: round k+1 samples on exactly the weights after update
+k-1 (the engine's weights are swapped only at round boundaries, when round k's batch is in), so every
+trained group is exactly one update old. A resumed run rebuilds the sampler's outcomes from
+`rollouts.jsonl`, so it continues as the uninterrupted run would.
+
     async with OnlineRL(run, trainer, history_file) as rl:
         await fit(trainer, rl, run.rl.iterations)
 """
@@ -26,6 +37,7 @@ import bisect
 import collections
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import time
@@ -44,7 +56,7 @@ from jaxwebrl.judges.scoring import make_scorer
 from jaxwebrl.models.vl_or_text import load_tokenizer_or_processor
 from jaxwebrl.recipes.papers import get_recipe, run_samples
 from jaxwebrl.recipes.registry import accept_group, assign_rewards, episode_success
-from jaxwebrl.rollout.collector import CollectStats, Collector, Group, is_env_error
+from jaxwebrl.rollout.collector import CollectStats, Collector, Group, ScheduledGroup, is_env_error
 from jaxwebrl.rollout.suites import make_suite, split_tasks
 from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
 from jaxwebrl.train.hosts import host_local, host_path, host_seed
@@ -78,6 +90,23 @@ def episode_metrics(groups: list[Group]) -> dict[str, float]:
         per_task[t.task_id].append(bool(t.metadata.get("success")))
     out.update({f"rollout/success/{k}": float(np.mean(v)) for k, v in per_task.items()})
     return out
+
+
+def run_engine_config(run: Any) -> Any:
+    """The run's `engine` section, in deterministic mode when the schedule is (parse_config sets it; a config
+    changed after parsing, e.g. with `with_changes`, gets it here too)."""
+    if run.rl.schedule == "deterministic" and run.engine.type == "jax" and not run.engine.deterministic:
+        return dataclasses.replace(run.engine, deterministic=True)
+    return run.engine
+
+
+def timeout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """`timeouts/<kind>`: every safety-limit timeout that fired in these episodes (the episode's, the browser's,
+    the engine request's, the judge's), so a run whose outcome a slow machine changed says so."""
+    counts: collections.Counter[str] = collections.Counter()
+    for t in trajs:
+        counts.update(t.metadata.get("timeouts") or {})
+    return {f"timeouts/{k}": float(v) for k, v in sorted(counts.items())}
 
 
 def demonstrations_to_replay(run: Any) -> list[Trajectory]:
@@ -134,6 +163,7 @@ class Collected:
     stats: CollectStats
     finished: list[Trajectory]
     wall_s: float
+    discarded: int = 0  # deterministic schedule: groups started past the round's prefix (timing-dependent)
 
 
 class OnlineRL:
@@ -170,6 +200,8 @@ class OnlineRL:
         self._training = False  # an update is running: groups finishing now train after it
         self._ahead: tuple[int, asyncio.Future[Collected]] | None = None  # (iteration, its overlapped collection)
         self._t_iteration: float | None = None
+        self.deterministic = run.rl.schedule == "deterministic"
+        self._swap_pending = False  # deterministic overlap: the trainer's weights wait for the round boundary
 
     async def __aenter__(self) -> "OnlineRL":
         run = self.run
@@ -179,7 +211,7 @@ class OnlineRL:
         self.pool = await self._stack.enter_async_context(BrowserPool(run.env.pool_config(), self.env_cfg))
         self.version = self.trainer.step
         self._published = [self.version]
-        engine_cfg = run.engine
+        engine_cfg = run_engine_config(run)
         if engine_cfg.type == "sglang" and engine_cfg.launch and not engine_cfg.checkpoint:
             # a launched server starts on the current policy, exported where it can read it
             engine_cfg = dataclasses.replace(engine_cfg, checkpoint=self.trainer.export(os.path.join(run.workdir, "engine_init")))
@@ -189,7 +221,10 @@ class OnlineRL:
         self._stack.push_async_callback(self.engine.close)
         # reward.source judge / rule_or_judge: each episode is judged inside the collector as soon as it ends
         specs = {t.task_id: getattr(t, "spec", None) for t in self.train_tasks + self.eval_tasks}
-        self.scorer = make_scorer(run.reward.source, run.reward.judge, task_specs=specs.get)
+        judge_cfg = run.reward.judge
+        if self.deterministic and judge_cfg.engine == "jax" and not judge_cfg.deterministic:
+            judge_cfg = dataclasses.replace(judge_cfg, deterministic=True)
+        self.scorer = make_scorer(run.reward.source, judge_cfg, task_specs=specs.get)
         if self.scorer is not None:
             self._stack.push_async_callback(self.scorer.close)
         self.collector = Collector(self.pool, self.engine, self.tokenizer, self.env_cfg, self.agent_cfg, run.rollout,
@@ -240,10 +275,20 @@ class OnlineRL:
             kept = [line for line in self.rollouts_file.read_text().splitlines()
                     if json.loads(line)["metadata"].get("iteration", 0) < done]
             self.rollouts_file.write_text("".join(line + "\n" for line in kept))
+            if self.deterministic:  # the sampler's outcomes as the uninterrupted run had them, in schedule order
+                self._record_outcomes(read_trajectories(self.rollouts_file))
         return done
+
+    def _record_outcomes(self, trajs: list[Trajectory]) -> None:
+        """Tell the task sampler the outcomes of played groups (consecutive trajectories of one group id)."""
+        for _, members in itertools.groupby(trajs, key=lambda t: t.group_id):
+            group = list(members)
+            self.sampler.record(group[0].task_id, [episode_success(t) for t in group if not is_env_error(t)])
 
     async def _collect(self, it: int) -> Collected:
         """Iteration `it`'s groups (dynamic sampling through the recipe's acceptance)."""
+        if self.deterministic:
+            return await self._collect_scheduled(it)
         run = self.run
         t0 = time.perf_counter()
         finished: list[Trajectory] = []  # every group played, kept or not (what rollouts.jsonl records)
@@ -262,6 +307,50 @@ class OnlineRL:
             max_groups=run.rollout.max_groups_per_iteration or None, agent_for=self._agent_for(it))
         return Collected(groups, stats, finished, time.perf_counter() - t0)
 
+    def schedule(self, it: int) -> Callable[[int], ScheduledGroup]:
+        """Round `it`'s logical schedule: group i's task and seed (the sampler's i-th draw after reseeding with
+        (seed, it)), its id and its members' sampling seeds, all functions of (run seed, it, i)."""
+        run, agent_for = self.run, self._agent_for(it)
+        base = host_seed(run.seed)
+        self.sampler.reseed([base, it])
+
+        def group(i: int) -> ScheduledGroup:
+            task, seed = next(self.sampler)
+            seeds = np.random.SeedSequence([base, it, i]).generate_state(run.rollout.group_size)
+            return ScheduledGroup(i, task, seed, f"{task.task_id}/{seed}/{it}.{i}", tuple(int(s) for s in seeds),
+                                  agent_for(task))
+
+        return group
+
+    async def _collect_scheduled(self, it: int) -> Collected:
+        """Round `it` of the deterministic schedule (module doc): the played prefix, in schedule order; the
+        task sampler learns its outcomes at the round boundary."""
+        run = self.run
+        t0 = time.perf_counter()
+
+        def accept(group: Group) -> bool:  # this group alone: rewards and the recipe's filter
+            assign_rewards(self.recipe, group.trajectories, run.reward.source, run.reward.step_discount)
+            return accept_group(self.recipe, group.trajectories, dynamic_sampling=run.train.dynamic_sampling,
+                                reward_source=run.reward.source, step_discount=run.reward.step_discount)
+
+        played = await self.collector.collect_scheduled(
+            self.schedule(it), num_groups=run.rollout.groups_per_iteration, accept=accept,
+            max_groups=run.rollout.max_groups_per_iteration or None)
+        finished = [dataclasses.replace(t, metadata={**t.metadata, "iteration": it, "group_kept": kept,
+                                                     "schedule_index": i})
+                    for i, (g, kept) in enumerate(zip(played.groups, played.accepted)) for t in g.trajectories]
+        self._record_outcomes(finished)
+        groups = [g for g, kept in zip(played.groups, played.accepted) if kept]
+        return Collected(groups, played.stats, finished, time.perf_counter() - t0, played.cancelled)
+
+    async def _swap_to_trainer(self) -> None:
+        """Deterministic overlap: give the engine the weights of the last update, at a round boundary."""
+        if self._swap_pending:
+            self._swap_pending = False
+            self.version = self.trainer.step
+            self._published.append(self.version)
+            await self.engine.update_weights(host_local(self.trainer.params), self.version)
+
     async def next_round(self, it: int) -> Round:
         """Iteration `it`'s groups (collected while the previous round trained, with `rl.overlap`) turned into
         the recipe's samples; with `rl.overlap` the next iteration's collection starts before returning."""
@@ -275,6 +364,8 @@ class OnlineRL:
             await self._stop_ahead()
             batch = await self._collect(it)
         t_wait = time.perf_counter() - t0
+        if self.deterministic:  # the round boundary: the next round samples on the weights after update it-1
+            await self._swap_to_trainer()
         # This round's batch is fixed: a group finishing from now on trains after its update.
         self._training = True
         if run.rl.overlap and it + 1 < run.rl.iterations:  # the next batch plays while this one trains
@@ -292,6 +383,8 @@ class OnlineRL:
         if lags:
             metrics.update({"rollout/policy_lag_max": float(max(lags)), "rollout/policy_lag_mean": float(np.mean(lags))})
         if self.replay is not None:
+            if self.deterministic:  # this round's draws from (seed, it), whatever a resumed run drew before
+                self.replay.reseed([host_seed(run.seed), it])
             self.replay.add_iteration([(it, s) for s in samples])
             drawn = self.replay.draw(max(len(samples), run.rollout.replay_samples))
             ages = [it - born for born, _ in drawn]
@@ -309,10 +402,12 @@ class OnlineRL:
                         "rollout/success_rate_all": stats.success_rate, "rollout/env_errors": float(stats.env_errors),
                         "rollout/groups_rejected": float(stats.rejected),
                         "rollout/groups_stale": float(stats.dropped_stale), "time/rollout_s": batch.wall_s,
+                        "throughput/groups_discarded": float(batch.discarded),
                         "time/rollout_wait_s": t_wait,
                         "train/samples_used": float(len(samples)),
                         "train/demonstration_groups": float(len({s.group_id for s in demos}))})
         metrics.update({f"time/{k}_s": v for k, v in stats.time.items()})
+        metrics.update(timeout_metrics(finished))
         # the pool's edges since the last record: egress refusals (allowlist, proxy credentials), browsers lost
         metrics.update(self.pool.take_metrics())
         self._t_train = time.perf_counter()
@@ -325,12 +420,11 @@ class OnlineRL:
 
     async def after_update(self, it: int, trainer: Any, metrics: dict[str, float]) -> None:
         """Weight sync to the engine, periodic evaluation, the iteration's history record."""
-        if metrics.get("train/optimizer_steps"):  # agreed by all hosts (not this host's own sample count)
-            self.version = trainer.step
-            self._published.append(self.version)
         self._training = False  # before the await: a group finishing during the swap is one update old, not two
-        if metrics.get("train/optimizer_steps"):
-            await self.engine.update_weights(host_local(trainer.params), self.version)
+        if metrics.get("train/optimizer_steps"):  # agreed by all hosts (not this host's own sample count)
+            self._swap_pending = True
+            if not (self.deterministic and self.run.rl.overlap):  # deterministic overlap swaps at the round boundary
+                await self._swap_to_trainer()
         now = time.perf_counter()
         metrics["time/train_s"] = now - self._t_train
         metrics["time/iteration_s"] = now - (self._t_iteration or now)
@@ -338,7 +432,7 @@ class OnlineRL:
         metrics["policy_version"] = float(self.version)
         if self.scorer is not None:  # the round's judge counts (every episode played, kept or not)
             metrics.update(self.scorer.take_metrics())
-        record: dict[str, Any] = {"iteration": it, "metrics": metrics, "eval": None}
+        record: dict[str, Any] = {"iteration": it, "schedule": self.run.rl.schedule, "metrics": metrics, "eval": None}
         every = self.run.rl.eval_every
         if every and (it + 1) % every == 0:
             report = await self.evaluate()

@@ -31,10 +31,11 @@ from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.pipeline import DataIterator, PipelineConfig, make_dataset, trajectory_files_dataset
 from jaxwebrl.data.records import write_jsonl
 from jaxwebrl.demos.collect import collect_demonstrations, demo_texts, render_demonstrations
+from jaxwebrl.evaluation import provenance
 from jaxwebrl.evaluation.evaluate import EvalReport, evaluate
 from jaxwebrl.evaluation.report import StageClock, write_run_report
 from jaxwebrl.fields import with_changes
-from jaxwebrl.main_job.online import OnlineRL
+from jaxwebrl.main_job.online import OnlineRL, run_engine_config
 from jaxwebrl.main_job.vl_bc import init_vl_policy, vl_demonstration_batches
 from jaxwebrl.models import export_hf, init_params
 from jaxwebrl.models.tokenizer import train_tokenizer
@@ -49,6 +50,8 @@ if TYPE_CHECKING:  # the run config composes this package's sections, so only it
 
 DEMONSTRATIONS_FILE = "demonstrations.jsonl"  # in the workdir: what BC trains on and RL replays
 BASE_POLICY = "base (zero-shot)"  # the report's name for a pretrained start evaluated before any training
+DEMONSTRATION_TIMEOUTS = "demonstrations_timeouts.json"  # beside it: demonstration episodes a time limit ended
+SUMMARY = "summary.json"  # in the workdir: what the run produced and where it ran (scripts/results_tables.py)
 
 
 def log(msg: str) -> None:
@@ -102,6 +105,8 @@ async def _collect_demonstrations(run: RunConfig) -> list[Any]:
         if failed:
             log(f"{len(failed)} of {len(played)} demonstration episodes could not load their page (first: "
                 f"{failed[0].task_id} seed {failed[0].seed}: {failed[0].error[:200]}); they are left out")
+        timed_out = sum(bool(d.error and (d.error.startswith("timeout") or "Timeout" in d.error)) for d in played)
+        (Path(run.workdir) / DEMONSTRATION_TIMEOUTS).write_text(json.dumps({"episode": timed_out}))
         return [d for d in played if d.success]
     finally:
         suite.stop()
@@ -248,7 +253,7 @@ async def evaluate_checkpoints(run: RunConfig, policies: dict[str, str], eval_se
         async with BrowserPool(pool_cfg, env_cfg) as pool:
             for name, path in policies.items():
                 tokenizer = load_tokenizer_or_processor(path)  # a VL policy's processor renders the screenshots
-                engine = JaxEngine.from_checkpoint(path, **run.engine.jax_kwargs(),
+                engine = JaxEngine.from_checkpoint(path, **run_engine_config(run).jax_kwargs(),
                                                    tokenizer=tokenizer)
                 bar = tqdm(total=len(eval_tasks) * len(seeds), desc=f"evaluate {name}", unit="ep",
                            disable=not run.log.progress)
@@ -279,10 +284,30 @@ def episode_file_name(policy: str) -> str:
     return "_".join("".join(c if c.isalnum() or c == "-" else " " for c in policy).split())
 
 
+def run_timeouts(work: Path, history: list[dict[str, Any]], reports: dict[str, EvalReport]) -> dict[str, dict[str, int]]:
+    """Every safety-limit timeout that fired in the run, by stage and kind: demonstrations, RL rollouts (all
+    iterations, resumed segments included), evaluation. Empty dicts when none fired."""
+    demo_file = work / DEMONSTRATION_TIMEOUTS
+    demos = {k: v for k, v in json.loads(demo_file.read_text()).items() if v} if demo_file.exists() else {}
+    rl: dict[str, int] = {}
+    for record in history:
+        for key, value in record["metrics"].items():
+            if key.startswith("timeouts/") and value:
+                rl[key.split("/", 1)[1]] = rl.get(key.split("/", 1)[1], 0) + int(value)
+    evals: dict[str, int] = {}
+    for report in reports.values():
+        for kind, n in report.timeouts.items():
+            evals[kind] = evals.get(kind, 0) + n
+    return {"demonstrations": demos, "rl": rl, "eval": evals}
+
+
 def run_main_job(run: RunConfig) -> dict[str, Any]:
-    """Stages 1-3 per the config; returns a summary dict (also written to <workdir>/summary.json)."""
+    """Stages 1-3 per the config; returns a summary dict (also written to <workdir>/summary.json): what the
+    run produced, its seed and schedule, every timeout that fired, and where and when it ran (commit, date,
+    command, machine load at start and end; `jaxwebrl.evaluation.provenance`)."""
     work = Path(run.workdir)
     work.mkdir(parents=True, exist_ok=True)
+    started = provenance.run_start()
     if run.report.enabled:
         check_held_out_tasks(run)
     clock = StageClock(work)
@@ -293,7 +318,11 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
     else:
         final, history = reinforcement_learning(run, start)
     t_rl = clock.lap("rl")
-    summary: dict[str, Any] = {"final_policy": final, "iterations": len(history), "bc_s": t_bc, "rl_s": t_rl}
+    summary: dict[str, Any] = {"final_policy": final, "iterations": len(history), "bc_s": t_bc, "rl_s": t_rl,
+                               "seed": run.seed, "schedule": run.rl.schedule, "recipe": run.recipe,
+                               "tasks": run.tasks.train, "eval_seeds": run.report.eval_seeds}
+    reports: dict[str, EvalReport] = {}
+    held_out: dict[str, EvalReport] = {}
     if run.report.enabled:
         first = BASE_POLICY if run.model.pretrained else "random"
         policies = {first: str(initial_policy_dir(run)), "BC": start, "RL": final} if start else {"RL": final}
@@ -305,7 +334,6 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
         summary["eval"] = {k: r.to_dict() for k, r in reports.items()}
         save_episodes(work / "episodes", reports)
         clock.lap("eval")
-        held_out: dict[str, EvalReport] = {}
         if run.report.held_out_task_names:
             held_out = asyncio.run(evaluate_checkpoints(held_out_task_run(run), policies, run.report.eval_seeds))
             summary["held_out_eval"] = {k: r.to_dict() for k, r in held_out.items()}
@@ -313,8 +341,11 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
             clock.lap("eval_held_out")
         summary["stage_s"] = dict(clock.seconds)
         summary["wall_s"] = sum(clock.seconds.values())
+    summary["timeouts"] = run_timeouts(work, history, reports)
+    summary["provenance"] = provenance.run_end(started)
+    if run.report.enabled:
         path = write_run_report(run, work, reports, history, clock.seconds, final,
-                                work / DEMONSTRATIONS_FILE if start else None, held_out=held_out)
+                                work / DEMONSTRATIONS_FILE if start else None, held_out=held_out, summary=summary)
         log(f"report: {path}")
-    (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (work / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
     return summary

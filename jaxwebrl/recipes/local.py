@@ -59,20 +59,23 @@ def local_overrides(name: str, **paper: Any) -> ml_collections.ConfigDict:
         tasks=dict(suite="miniwob", train=LOCAL_TASKS, eval_seeds=10),
         # axtree for every paper: a from-scratch model reads it in the fewest tokens (the paper's text mode
         # stays in its config; `--config.env.text_mode=html` runs WebAgent-R1's locally too, at ~3x the tokens)
+        # step and episode limits are safety limits a slow machine does not reach (the defaults, 45 s and 600 s):
+        # a limit that fires changes the outcome, and is counted in the run's records (issue 39)
         env=dict(text_mode="axtree", text_budget_chars=1200, page_metadata=False, relative_urls=True,
-                 num_browsers=1, contexts_per_browser=8, step_timeout_s=15.0),
+                 num_browsers=1, contexts_per_browser=8),
         # A model trained from scratch learns the response format from the demonstrations; the paper's long
         # system prompt (tool lists, format rules) would only cost tokens at every turn (the main job's choice).
-        agent=dict(max_context_tokens=3072, max_new_tokens=96, episode_timeout_s=180.0,
+        agent=dict(max_context_tokens=3072, max_new_tokens=96,
                    system_prompt="You are a web agent. Answer with your next action."),
-        engine=dict(type="jax", launch=False, num_slots=8, max_len=4096),
+        engine=dict(type="jax", launch=False, num_slots=8, max_len=4096, prefill_chunk=128),
         train=dict(seq_len=4096, micro_batch=4, accum_steps=1, logits_chunk=0, groups_per_step=4),
         rollout=dict(groups_per_iteration=4, max_concurrent_groups=2, max_groups_per_iteration=16),
         # a model trained from scratch in minutes needs a larger step than a pretrained 3-8B model's 1e-6
         optim=dict(lr=2e-4, schedule="constant", warmup_steps=0, max_grad_norm=1.0),
         bc=dict(enabled=True, demonstration_seeds=20, vocab_size=1024, steps=200, lr=2e-3, micro_batch=8,
                 context_loss_weight=0.1, seq_len=1024),
-        rl=dict(iterations=6, eval_every=0),
+        # the same seed gives the same run whatever the machine's load (the main job's choice)
+        rl=dict(iterations=6, eval_every=0, schedule="deterministic"),
         report=dict(enabled=True, eval_seeds=10),
         checkpoint=dict(every=0, keep=2, export_every=0),
         viewer=dict(max_episodes=400),

@@ -8,6 +8,12 @@ they finish (off-policy limit). `mode="lockstep"`
 keeps the classic synchronous loop (all environments step together, wait for the slowest, next batch only
 when the whole batch ended) as the benchmark baseline.
 
+`collect_scheduled` is the deterministic schedule (`rl.schedule='deterministic'`): group i of a round is
+fixed by the caller's schedule (task, seed, group id, each member's sampling seed), groups still play
+concurrently, but the round is the shortest prefix 0..j of the schedule that holds `num_groups` accepted
+groups (or all `max_groups`), returned in schedule order: which groups train, and in what order, never
+depends on which finished first. Groups started past the prefix are cancelled and discarded.
+
 An optional `scorer` (an async per-episode hook, e.g. `jaxwebrl.judges.EpisodeScorer` for a judged reward)
 runs inside each episode's own task the moment the episode ends and its browser context is closed, so the
 group is handed over already scored (dynamic sampling sees judged rewards) and scoring one episode overlaps
@@ -90,6 +96,28 @@ def is_env_error(trajectory: Trajectory) -> bool:
     return trajectory.termination == "env_error"
 
 
+@dataclasses.dataclass(frozen=True)
+class ScheduledGroup:
+    """Group `index` of a round's logical schedule: what it plays and the seeds its members sample with."""
+
+    index: int
+    task: Task
+    seed: int
+    group_id: str
+    sample_seeds: tuple[int, ...]  # one per member: its engine requests are seeded from it (and the turn)
+    agent: AgentConfig | None = None
+
+
+@dataclasses.dataclass
+class ScheduledRound:
+    """The played prefix of a round's schedule, in schedule order, with which groups were accepted."""
+
+    groups: list[Group]
+    accepted: list[bool]
+    stats: CollectStats
+    cancelled: int  # groups started past the prefix and discarded (a throughput figure: it depends on timing)
+
+
 TaskStream = Iterator[tuple[Task, int]]
 # scorer(trajectory): scores one finished episode in place (reward inputs, termination, masks); never raises.
 EpisodeScorer = Callable[[Trajectory], Awaitable[Any]]
@@ -126,15 +154,18 @@ class Collector:
         self.dropped_stale = 0
 
     async def _episode(
-        self, task: Task, seed: int, group_id: str, agent: AgentConfig, barrier: LockstepBarrier | None
+        self, task: Task, seed: int, group_id: str, agent: AgentConfig, barrier: LockstepBarrier | None,
+        sample_seed: int | None = None, episode_id: str | None = None,
     ) -> EpisodeResult:
         async with self.limits.slot("allocate"):
             env = await self.pool.new_env(self.env_config, observe_slot=self.limits.slot_for("observe"))
+        if sample_seed is None and not agent.greedy:
+            sample_seed = next(self._sample_seed)
         try:
             result = await run_episode(
                 env, self.engine, self.tokenizer, task, seed, agent, renderer=self.renderer, limits=self.limits,
-                group_id=group_id, sample_seed=None if agent.greedy else next(self._sample_seed),
-                policy_version=self.policy_version(), barrier=barrier,
+                group_id=group_id, sample_seed=None if agent.greedy else sample_seed,
+                policy_version=self.policy_version(), barrier=barrier, episode_id=episode_id,
             )
         finally:
             async with self.limits.slot("release"):
@@ -156,6 +187,67 @@ class Collector:
         t0 = time.perf_counter()
         episodes = await asyncio.gather(*(self._episode(task, seed, group_id, agent, barrier) for _ in range(size)))
         return Group(task.task_id, seed, group_id, list(episodes), t0, time.perf_counter())
+
+    async def run_scheduled(self, group: ScheduledGroup) -> Group:
+        """One scheduled group: its members' sampling seeds and episode ids are the schedule's."""
+        agent = group.agent or self.agent
+        t0 = time.perf_counter()
+        episodes = await asyncio.gather(*(
+            self._episode(group.task, group.seed, group.group_id, agent, None, sample_seed=s,
+                          episode_id=f"{group.group_id}/{m}")
+            for m, s in enumerate(group.sample_seeds)))
+        return Group(group.task.task_id, group.seed, group.group_id, list(episodes), t0, time.perf_counter())
+
+    async def collect_scheduled(
+        self, schedule: Callable[[int], ScheduledGroup], num_groups: int,
+        accept: Callable[[Group], bool] = lambda g: True, max_groups: int | None = None,
+    ) -> ScheduledRound:
+        """The deterministic round (module doc): groups `schedule(0)`, `schedule(1)`, ... played
+        `max_concurrent_groups` at a time and started in index order, until a finished prefix 0..j of the
+        schedule holds `num_groups` accepted groups or all `max_groups` (default 4x) finished. `accept(group)`
+        must depend on that group alone (it runs as each group finishes)."""
+        limit = max_groups or num_groups * 4
+        t0 = time.perf_counter()
+        finished: dict[int, tuple[Group, bool]] = {}
+        running: dict[asyncio.Future[Group], int] = {}
+        started = 0
+
+        def prefix_end() -> int | None:
+            """The end of the round's prefix, once it is decided (every group in it finished)."""
+            kept = 0
+            for i in range(limit):
+                if i not in finished:
+                    return None
+                kept += finished[i][1]
+                if kept >= num_groups:
+                    return i + 1
+            return limit
+
+        try:
+            end = None
+            while end is None:
+                while started < limit and len(running) < self.rollout.max_concurrent_groups:
+                    running[asyncio.ensure_future(self.run_scheduled(schedule(started)))] = started
+                    started += 1
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    group = fut.result()
+                    finished[running.pop(fut)] = (group, accept(group))
+                end = prefix_end()
+        finally:
+            for fut in running:
+                fut.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+        played = [finished[i] for i in range(end)]
+        stats = CollectStats()
+        for group, ok in played:
+            stats.groups += 1
+            stats.add(group)
+            stats.rejected += not ok
+        stats.wall_s = time.perf_counter() - t0
+        return ScheduledRound([g for g, _ in played], [ok for _, ok in played], stats,
+                              cancelled=len(running) + len(finished) - end)
 
     async def stream(
         self, tasks: TaskStream, agent_for: Callable[[Task], AgentConfig] | None = None

@@ -51,6 +51,11 @@ class TaskSampler:
         self.outcomes: dict[str, collections.deque[bool]] = collections.defaultdict(
             lambda: collections.deque(maxlen=window))
 
+    def reseed(self, entropy: Any) -> None:
+        """Restart the draws from `entropy` (e.g. (run seed, iteration): a round's schedule is then a function
+        of the run seed, the iteration and the outcomes recorded before the round, not of earlier draws)."""
+        self.rng = np.random.default_rng(entropy)
+
     def record(self, task_id: str, successes: Sequence[bool]) -> None:
         """Outcomes of finished episodes of `task_id` (the learnability weights read them)."""
         self.outcomes[task_id].extend(bool(s) for s in successes)
@@ -112,6 +117,10 @@ class ReplayBuffer(Generic[T]):
         self.power = power
         self.iterations: collections.deque[list[T]] = collections.deque(maxlen=max_iterations)
         self.rng = np.random.default_rng(seed)
+
+    def reseed(self, entropy: Any) -> None:
+        """Restart the draws from `entropy` (deterministic runs: (run seed, iteration))."""
+        self.rng = np.random.default_rng(entropy)
 
     def add_iteration(self, items: Sequence[T]) -> None:
         self.iterations.append(list(items))

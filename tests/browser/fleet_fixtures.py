@@ -4,14 +4,13 @@ launcher's pipe closes) and ended with that whole group."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from jaxwebrl.browser.fleet import write_token_file
+from jaxwebrl.procs import start_group, stop_group
 
 
 def token_file(directory: Path, name: str = "fleet.token") -> str:
@@ -31,9 +30,9 @@ class FleetServer:
 
     def start(self) -> "FleetServer":
         log = self.log_path.open("a")
-        self.proc = subprocess.Popen(
+        self.proc = start_group(
             [sys.executable, "-m", "jaxwebrl.browser.serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--token-file", self.token_file, *self.extra_args], stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+             "--token-file", self.token_file, *self.extra_args], stdout=subprocess.PIPE, stderr=log, text=True)
         log.close()
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # the server's first line: its address (or EOF if it died)
@@ -48,9 +47,7 @@ class FleetServer:
     def kill(self) -> None:
         """SIGKILL the server's whole process group (the server and its launchers) and reap it."""
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):  # the group may outlive its leader: kill it anyway
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+            stop_group(self.proc, grace_s=0)  # the group may outlive its leader: it is killed anyway
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +35,7 @@ from jaxwebrl.rollout import Collector, RolloutConfig
 from jaxwebrl.models.tiny import SAMPLE_TEXT
 from jaxwebrl.models.tokenizer import train_tokenizer
 from tests.agent_fixtures import ENV, RecordingEngine
+from jaxwebrl.procs import start_group, stop_group
 from tests.browser.conftest import pg_task
 from tests.browser.fleet_fixtures import FleetServer, token_file
 from tests.recipe_fixtures import ScriptedPolicy
@@ -189,8 +188,8 @@ def test_plain_playwright_server_is_refused(tmp_path):
     """A plain `playwright run-server` (here on loopback, without --unsafe) would launch a browser without the
     safety flags: the pool reads the command line back and refuses it."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--host", "127.0.0.1"],
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = start_group([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--host", "127.0.0.1"],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None and "Listening on" in proc.stdout.readline()
         url = f"ws://127.0.0.1:{port}/"
@@ -203,8 +202,7 @@ def test_plain_playwright_server_is_refused(tmp_path):
 
         msg = asyncio.run(go())
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        stop_group(proc, grace_s=0)
     assert f"{url} is not a jaxwebrl browser server" in msg and "python -m jaxwebrl.browser.serve" in msg, msg
 
 

@@ -47,6 +47,7 @@ class ExecResult:
     failed: bool = False
     done: bool = False
     answer: str | None = None
+    timeout: bool = False  # an action timeout (Playwright's auto-wait) fired: counted in the episode's record
 
 
 ParseResult = list[Action] | ParseError
@@ -166,7 +167,8 @@ async def run_safely(coro: Awaitable[ExecResult], what: str) -> ExecResult:
         msg = str(exc).strip().split("\n")[0][:300]
         if is_closed_error(exc):
             raise
-        return ExecResult(feedback=f"Failed: '{what}' execution failed: {msg}", failed=True)
+        return ExecResult(feedback=f"Failed: '{what}' execution failed: {msg}", failed=True,
+                          timeout=type(exc).__name__ == "TimeoutError")
 
 
 def is_closed_error(exc: Exception) -> bool:

@@ -1,0 +1,139 @@
+"""A report over several seeds of one config: per policy the mean success, the spread across seeds and a 95%
+interval that accounts for both the seeds and the episodes; RL - BC per seed; configs compared seed by seed.
+
+Why this interval. One run is one draw of the whole pipeline (demonstrations, BC, RL, evaluation): two RL
+runs from bit-identical BC weights differed by 16 points (RESULTS.md). The quantity of interest is the mean
+success over seeds, and its uncertainty has two parts, the run-to-run (seed) variance and the binomial noise
+of each run's held-out episodes. Each seed's success rate already carries its own episode noise, so the
+variance of the per-seed rates estimates both parts together (between-seed variance + episode variance / n
+episodes). The interval is therefore the t interval on the per-seed rates with (seeds - 1) degrees of
+freedom: the seeds are the independent units (clusters of episodes), which is the cluster-robust interval
+with one cluster per seed, exact for normal per-seed rates. A bootstrap over seeds then episodes was not
+chosen: with 3 seeds it sees at most 10 distinct resamples of the seeds and its interval is far too narrow;
+the t interval's width at 3 seeds (t = 4.30) is the honest price of three draws. With one seed there is no
+seed variance to estimate and the report gives the episodes-only Wilson interval, marked as such.
+
+RL - BC is paired twice: within a seed on the same held-out episodes (every seed evaluates the same test
+instances), then the per-seed differences get the same t interval. Two configs are compared the same way,
+and only on the same seeds (`compare`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from jaxwebrl.evaluation.evaluate import EvalReport, paired_difference, wilson_interval
+
+POLICIES = ("random", "BC", "RL")
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The t interval of the mean of `values` (one per seed), (seeds - 1) degrees of freedom."""
+    x = np.asarray(values, np.float64)
+    if x.size < 2:
+        raise ValueError("a t interval over seeds needs at least 2 seeds")
+    half = stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return float(x.mean() - half), float(x.mean() + half)
+
+
+def _report(d: Mapping[str, Any]) -> EvalReport:
+    return EvalReport({k: (v["successes"], v["episodes"]) for k, v in d["per_task"].items()}, d.get("terminations", {}),
+                      d.get("mean_steps", 0.0), dict(d["outcomes"]))
+
+
+def per_seed(summaries: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[int, EvalReport]]:
+    """policy -> seed -> its evaluation, from each seed's summary.json (`eval`)."""
+    out: dict[str, dict[int, EvalReport]] = {}
+    for seed, summary in sorted(summaries.items()):
+        for name, d in summary.get("eval", {}).items():
+            out.setdefault(name, {})[seed] = _report(d)
+    return out
+
+
+def policy_rows(summaries: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per policy: per-seed success, mean, SD and range over seeds, the 95% interval (above) and its kind."""
+    rows = []
+    for name, by_seed in per_seed(summaries).items():
+        rates = [r.success_rate for r in by_seed.values()]
+        row: dict[str, Any] = {"policy": name, "seeds": list(by_seed), "per_seed": rates, "mean": float(np.mean(rates)),
+                               "episodes_per_seed": [r.episodes for r in by_seed.values()]}
+        if len(rates) >= 2:
+            row.update(sd=float(np.std(rates, ddof=1)), min=min(rates), max=max(rates), interval="t over seeds")
+            row["ci_low"], row["ci_high"] = t_interval(rates)
+        else:
+            (only,) = by_seed.values()
+            row.update(sd=None, min=rates[0], max=rates[0], interval="Wilson, episodes only (1 seed)")
+            row["ci_low"], row["ci_high"] = wilson_interval(only.successes, only.episodes)
+        rows.append(row)
+    return rows
+
+
+def difference_row(a: Mapping[int, EvalReport], b: Mapping[int, EvalReport], label: str) -> dict[str, Any]:
+    """b - a per seed (paired on the same episodes), and over seeds (mean, t interval); same seeds only."""
+    if set(a) != set(b):
+        raise ValueError(f"{label}: the two sides ran different seeds ({sorted(a)} vs {sorted(b)}); compare runs of "
+                         "the same seeds (scripts/seeds.py --seeds)")
+    seeds = sorted(a)
+    diffs = {s: paired_difference(a[s], b[s]) for s in seeds}
+    values = [diffs[s].diff for s in seeds]
+    row: dict[str, Any] = {"comparison": label, "seeds": seeds, "per_seed": values,
+                           "per_seed_ci": [(diffs[s].ci_low, diffs[s].ci_high) for s in seeds],
+                           "per_seed_p": [diffs[s].p_value for s in seeds], "mean": float(np.mean(values))}
+    if len(seeds) >= 2:
+        row["ci_low"], row["ci_high"] = t_interval(values)
+        row["interval"] = "t over seeds"
+    else:
+        row["ci_low"], row["ci_high"] = diffs[seeds[0]].ci_low, diffs[seeds[0]].ci_high
+        row["interval"] = "paired, episodes only (1 seed)"
+    return row
+
+
+def seeds_summary(summaries: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """The multi-seed figures of one config (what seeds_summary.json holds besides provenance)."""
+    by = per_seed(summaries)
+    diffs = [difference_row(by[a], by[b], f"{b} - {a}") for a, b in (("random", "BC"), ("BC", "RL")) if a in by and b in by]
+    return {"seeds": sorted(summaries), "policies": policy_rows(summaries), "differences": diffs,
+            "schedules": sorted({str(s.get("schedule")) for s in summaries.values()})}
+
+
+def compare(a: Mapping[int, Mapping[str, Any]], b: Mapping[int, Mapping[str, Any]], policy: str = "RL",
+            label: str = "B - A") -> dict[str, Any]:
+    """Config B against config A on `policy`'s success, seed by seed (refused unless the seeds are the same)."""
+    return difference_row(per_seed(a)[policy], per_seed(b)[policy], f"{label} ({policy})")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def seeds_markdown(result: Mapping[str, Any], title: str = "Over seeds") -> str:
+    """The report's tables: policies (mean, spread, interval) and differences (per seed and over seeds)."""
+    seeds = result["seeds"]
+    lines = [f"# {title}", "", f"Seeds {', '.join(map(str, seeds))} (schedule: {', '.join(result['schedules'])}). "
+             "Interval: " + ("the t interval over the per-seed success rates (seeds are the independent units; "
+                             "each seed's rate carries its own episode noise, so the interval covers both; "
+                             "jaxwebrl/evaluation/seeds.py says why not a bootstrap)." if len(seeds) > 1 else
+                             "one seed: episodes only (no seed variance can be estimated)."), "",
+             "| policy | mean success | 95% interval | SD over seeds | min - max | per seed | episodes per seed |",
+             "|---|---|---|---|---|---|---|"]
+    for r in result["policies"]:
+        sd = "-" if r["sd"] is None else f"{100 * r['sd']:.1f} pts"
+        lines.append(f"| {r['policy']} | {_pct(r['mean'])} | [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {sd} | "
+                     f"{_pct(r['min'])} - {_pct(r['max'])} | {', '.join(_pct(x) for x in r['per_seed'])} | "
+                     f"{r['episodes_per_seed'][0]} |")
+    if result["differences"]:
+        lines += ["", "| comparison | mean over seeds (points) | 95% interval | per seed, paired on the same episodes "
+                  "(95% CI, McNemar p) |", "|---|---|---|---|"]
+        for d in result["differences"]:
+            per = "; ".join(f"seed {s}: {_pts(v)} [{_pts(lo)}, {_pts(hi)}], p = {p:.2g}"
+                            for s, v, (lo, hi), p in zip(d["seeds"], d["per_seed"], d["per_seed_ci"], d["per_seed_p"]))
+            lines.append(f"| {d['comparison']} | {_pts(d['mean'])} | [{_pts(d['ci_low'])}, {_pts(d['ci_high'])}] | {per} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,140 @@
+"""Several seeds of one config in one command, and the report over them.
+
+    python scripts/seeds.py --config configs/grpo_local.py --seeds 3              # seeds 0, 1, 2
+    python scripts/seeds.py --config configs/grpo_local.py --seeds 0,1,2 --workdir runs/main_seeds \\
+        --config.rl.iterations=30                                                  # any --config.* flag
+    python scripts/seeds.py --report runs/main_seeds                              # rebuild the report only
+    python scripts/seeds.py --report runs/judge_seeds --compare runs/main_seeds   # B - A, seed by seed
+
+Each seed runs the main job (`scripts/train.py`, its own process) into <workdir>/seed_<k> with `--config.seed=k`;
+a seed whose summary.json exists is not run again, and an interrupted one resumes per stage. Then
+<workdir>/seeds_report.md and seeds_summary.json give, for random / BC / RL, the mean success, the spread
+over seeds and a 95% interval over seeds and episodes, and RL - BC per seed and over seeds
+(`jaxwebrl.evaluation.seeds` says which interval and why). `--compare A` adds this config minus config A on RL
+success, paired seed by seed (refused unless both ran the same seeds). `scripts/results_tables.py --add` puts
+the result in the README's and RESULTS.md's tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from jaxwebrl.evaluation import provenance  # noqa: E402
+from jaxwebrl.evaluation.seeds import compare, seeds_markdown, seeds_summary  # noqa: E402
+
+SEEDS_SUMMARY = "seeds_summary.json"
+SEEDS_REPORT = "seeds_report.md"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'3' -> [0, 1, 2]; '0,4,7' -> [0, 4, 7]."""
+    if "," not in text and text.strip().isdigit():
+        return list(range(int(text)))
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"--seeds {text!r}: give a count (3) or a comma-separated list (0,1,2)") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--seeds {text!r}: give at least one seed, each once")
+    return seeds
+
+
+def read_seed_runs(workdir: Path) -> dict[int, dict]:
+    """seed -> summary.json of each finished seed_<k> run under `workdir`."""
+    runs = {}
+    for d in sorted(workdir.glob("seed_*")):
+        summary = d / "summary.json"
+        if summary.exists():
+            runs[int(d.name.split("_", 1)[1])] = json.loads(summary.read_text())
+    if not runs:
+        raise SystemExit(f"{workdir}: no seed_<k>/summary.json; run `scripts/seeds.py --config ... --workdir {workdir}` first")
+    return runs
+
+
+def run_seed(config: str, seed: int, workdir: Path, flags: list[str]) -> None:
+    out = workdir / f"seed_{seed}"
+    if (out / "summary.json").exists():
+        print(f"[seeds] seed {seed}: {out}/summary.json exists, not run again", flush=True)
+        return
+    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "--config", config, f"--config.seed={seed}",
+           f"--config.workdir={out}", *flags]
+    print(f"[seeds] seed {seed}: {' '.join(cmd)}", flush=True)
+    t0 = time.time()
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    print(f"[seeds] seed {seed} done in {(time.time() - t0) / 60:.1f} min", flush=True)
+
+
+def write_report(workdir: Path, driver: dict | None, compare_with: Path | None) -> dict:
+    runs = read_seed_runs(workdir)
+    result = seeds_summary(runs)
+    md = seeds_markdown(result, title=f"{workdir.name}: {len(runs)} seeds")
+    if compare_with is not None:
+        other = read_seed_runs(compare_with)
+        row = compare(other, runs, label=f"{workdir.name} - {compare_with.name}")
+        result["comparisons"] = [row]
+        md += (f"\n## {row['comparison']}\n\nMean over seeds {100 * row['mean']:+.1f} points, 95% interval "
+               f"[{100 * row['ci_low']:+.1f}, {100 * row['ci_high']:+.1f}] ({row['interval']}); per seed "
+               + "; ".join(f"{s}: {100 * v:+.1f}" for s, v in zip(row["seeds"], row["per_seed"])) + ".\n")
+    per_seed = {k: {"workdir": str(workdir / f"seed_{k}"), "wall_s": r.get("wall_s"),
+                    "provenance": r.get("provenance"), "timeouts": r.get("timeouts")} for k, r in runs.items()}
+    md += "\n## Runs\n\n| seed | commit | date | wall | load average start / end | timeouts fired |\n|---|---|---|---|---|---|\n"
+    for k, r in per_seed.items():
+        p = r["provenance"] or {}
+        fired = sum(sum(v.values()) for v in (r["timeouts"] or {}).values())
+        wall = f"{r['wall_s'] / 60:.1f} min" if r["wall_s"] else "-"
+        md += f"| {k} | {p.get('commit', '?')} | {p.get('date', '?')} | {wall} | {p.get('load_start')} / {p.get('load_end')} | {fired} |\n"
+    summary = {**result, "runs": per_seed, "provenance": driver or {}}
+    if driver is None and (workdir / SEEDS_SUMMARY).exists():  # a rebuilt report keeps the driver's record
+        summary["provenance"] = json.loads((workdir / SEEDS_SUMMARY).read_text()).get("provenance", {})
+    (workdir / SEEDS_SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
+    (workdir / SEEDS_REPORT).write_text(md)
+    print(md)
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="the config file, e.g. configs/grpo_local.py")
+    parser.add_argument("--seeds", default="3", help="a count (3: seeds 0..2) or a list (0,1,2)")
+    parser.add_argument("--workdir", help="where seed_<k>/ go (default runs/<config>_seeds)")
+    parser.add_argument("--report", metavar="WORKDIR", help="only rebuild the report of an existing multi-seed run")
+    parser.add_argument("--compare", metavar="WORKDIR", help="another multi-seed run of the same seeds: this - that")
+    args, flags = parser.parse_known_args()
+    bad = [f for f in flags if not f.startswith("--config.")]
+    if bad:
+        raise SystemExit(f"unknown arguments {bad}: seeds.py takes --config, --seeds, --workdir, --report, --compare "
+                         "and --config.<field>=<value> flags for the main job")
+    if any(f.startswith(("--config.seed=", "--config.workdir=")) for f in flags):
+        raise SystemExit("--config.seed and --config.workdir are set per seed: use --seeds and --workdir")
+    compare_with = Path(args.compare) if args.compare else None
+    if args.report:
+        write_report(Path(args.report), None, compare_with)
+        return
+    if not args.config:
+        raise SystemExit("--config is required (or --report WORKDIR to rebuild a report)")
+    config = str(Path(args.config).resolve())
+    if not Path(config).is_file():
+        raise SystemExit(f"--config {args.config!r} is not a file; give a config such as configs/grpo_local.py")
+    quick = any(f.lower() in ("--config.quick=true", "--config.quick=1") for f in flags)
+    workdir = Path(args.workdir or f"runs/{Path(config).stem}{'_quick' if quick else ''}_seeds").resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    seeds = parse_seeds(args.seeds)
+    driver = provenance.run_start()
+    t0 = time.time()
+    for seed in seeds:
+        run_seed(config, seed, workdir, flags)
+    driver = {**provenance.run_end(driver), "wall_s": time.time() - t0}
+    write_report(workdir, driver, compare_with)
+
+
+if __name__ == "__main__":
+    main()
