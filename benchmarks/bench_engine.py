@@ -174,7 +174,7 @@ class TransformersRunner(Runner):
         import torch
         import transformers
 
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(args.torch_threads or os.cpu_count() or 1)
         self.torch = torch
         self.model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         self.new_tokens = args.new_tokens
@@ -306,6 +306,8 @@ def main() -> int:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=1, help="timed rounds (every engine once per round, interleaved)")
+    p.add_argument("--torch-threads", type=int, default=0,
+                   help="transformers' threads (0: one per CPU core; on a machine other jobs load, 1 can be faster)")
     p.add_argument("--skip-jax", action="store_true")
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-transformers", action="store_true")
