@@ -13,13 +13,22 @@ Workloads (`--workload`):
   The JaxEngine runs with its prefix cache on and off (`--jax-cache`).
 
 The model is a random Qwen3 (default 8 layers, hidden 512, 4 heads of head_dim 128 -- sglang-jax needs
-head_dim 128) written as a HF checkpoint that all three load. Each engine runs the workload once to warm up
-(XLA compiles, torch allocations) on other random tokens of the same lengths, then once timed; the timed run
-is what the ratios use. Greedy decoding, fp32, the same generated-token count for every engine.
+head_dim 128) written as a HF checkpoint that all three load, or `--checkpoint DIR` (any HF checkpoint
+directory, or `smollm2`: the pretrained SmolLM2-135M-Instruct, fetched and converted once by
+`jaxwebrl.models.pretrained`). Each engine runs the workload once to warm up (XLA compiles, torch
+allocations), then `--rounds` timed rounds, every engine once per round in turn. Every load (the warm-up's
+and each round's) draws its own prompt lengths and tokens, as an RL run's pages change from round to round:
+the timed rounds see lengths the warm-up did not, so programs compiled for new lengths show up in the rounds'
+compile counts, and no prefix cache carries one round's work into the next. Greedy decoding, fp32, the same
+generated-token count for every engine. Each round reports wall seconds and this process's CPU seconds
+(transformers and the JaxEngine run here; on a machine shared with other jobs the CPU seconds say how much
+work each side did).
 
   .venv/bin/python benchmarks/bench_engine.py                  # mixed, all three (sglang needs .venv-sglang)
   .venv/bin/python benchmarks/bench_engine.py --skip-sglang --requests 8
   .venv/bin/python benchmarks/bench_engine.py --workload grpo  # 4 groups x 4, prompts 300-2000, two turns
+  .venv/bin/python benchmarks/bench_engine.py --checkpoint smollm2 --skip-sglang --requests 8 \
+      --min-prompt 150 --max-prompt 700 --new-tokens 48 --rounds 4 --max-len 1024   # issue 41's workload
 """
 
 from __future__ import annotations
@@ -31,8 +40,10 @@ import dataclasses
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +55,10 @@ import numpy as np  # noqa: E402
 
 from jaxwebrl.engines import JaxEngine, SamplingParams, SGLangEngine, SGLangServer  # noqa: E402
 from jaxwebrl.engines.sglang_server import default_sglang_jax_python  # noqa: E402
+from jaxwebrl.models import ModelConfig  # noqa: E402
 from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config  # noqa: E402
 
+from checkpoint_arg import resolve_checkpoint  # noqa: E402
 from interleave import await_timed, call_timed  # noqa: E402
 
 
@@ -82,24 +95,24 @@ class Load:
 
 
 def workload(args: argparse.Namespace, vocab: int) -> list[Load]:
-    """The warm-up load, then one timed load per round: same lengths, different tokens, so no prefix cache
+    """The warm-up load, then one timed load per round, each with its own prompt lengths and tokens: the
+    rounds' lengths differ from the warm-up's (a new length must not mean a new program) and no prefix cache
     carries one run's work into another."""
     rng = np.random.default_rng(args.seed)
 
     def tokens(n: int) -> list[int]:
         return list(map(int, rng.integers(3, vocab, n)))
 
-    if args.workload == "mixed":
-        lengths = rng.integers(args.min_prompt, args.max_prompt + 1, args.requests)
-        return [Load([tokens(n) for n in lengths]) for _ in range(1 + args.rounds)]
-    lengths = [int(n) for n in rng.integers(args.min_prompt, args.max_prompt + 1, args.groups)]
-    ext = [int(n) for n in rng.integers(args.min_ext, args.max_ext + 1, args.groups * args.group_size)]
+    def mixed() -> Load:
+        return Load([tokens(int(n)) for n in rng.integers(args.min_prompt, args.max_prompt + 1, args.requests)])
 
     def grpo() -> Load:
+        lengths = [int(n) for n in rng.integers(args.min_prompt, args.max_prompt + 1, args.groups)]
+        ext = [int(n) for n in rng.integers(args.min_ext, args.max_ext + 1, args.groups * args.group_size)]
         prompts = [p for n in lengths for p in [tokens(n)] * args.group_size]
         return Load(prompts, [tokens(n) for n in ext])
 
-    return [grpo() for _ in range(1 + args.rounds)]
+    return [(mixed if args.workload == "mixed" else grpo)() for _ in range(1 + args.rounds)]
 
 
 class Runner(abc.ABC):
@@ -138,10 +151,13 @@ class JaxRunner(Runner):
 
     async def run(self, load: Load) -> dict[str, float]:
         before, compiled = self.engine.stats(), sum(self.engine.compile_counts().values())
+        cpu = time.process_time()
         seconds, tokens = await _generate_turns(self.engine, load, self.sp)
+        cpu = time.process_time() - cpu
         after = self.engine.stats()
         # programs compiled during this run (the counts are cumulative over the engine's life)
-        return {"s": seconds, "tokens": tokens, "compiles": sum(self.engine.compile_counts().values()) - compiled,
+        return {"s": seconds, "cpu_s": cpu, "tokens": tokens,
+                "compiles": sum(self.engine.compile_counts().values()) - compiled,
                 "prefilled": after["prefill_tokens"] - before["prefill_tokens"],
                 "reused": after["cached_tokens"] - before["cached_tokens"]}
 
@@ -158,7 +174,7 @@ class TransformersRunner(Runner):
         import torch
         import transformers
 
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(args.torch_threads or os.cpu_count() or 1)
         self.torch = torch
         self.model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         self.new_tokens = args.new_tokens
@@ -185,8 +201,9 @@ class TransformersRunner(Runner):
                 tokens += sum(map(len, outputs))
             return tokens
 
+        cpu = time.process_time()
         seconds, tokens = call_timed(turns)
-        return {"s": seconds, "tokens": tokens}
+        return {"s": seconds, "cpu_s": time.process_time() - cpu, "tokens": tokens}
 
 
 def _sglang_cached_tokens(log: str) -> int:
@@ -237,8 +254,9 @@ async def bench(runners: list[Runner], loads: list[Load]) -> dict[str, Any]:
         for r in runners:
             await r.start()
             cold = await r.run(loads[0])
-            results[r.name] = {"cold_s": cold["s"], "rounds": []}
-            print(f"  {r.name}: warmed up in {cold['s']:.1f}s (loadavg {os.getloadavg()[0]:.1f})", flush=True)
+            results[r.name] = {"cold_s": cold["s"], "cold_compiles": cold.get("compiles"), "rounds": []}
+            compiled = f", {cold['compiles']} programs compiled" if "compiles" in cold else ""
+            print(f"  {r.name}: warmed up in {cold['s']:.1f}s{compiled} (loadavg {os.getloadavg()[0]:.1f})", flush=True)
         for i, load in enumerate(loads[1:]):
             for r in runners:
                 out = await r.run(load)
@@ -252,7 +270,9 @@ async def bench(runners: list[Runner], loads: list[Load]) -> dict[str, Any]:
         rounds = results[r.name]["rounds"]
         best = min(rounds, key=lambda o: o["s"])  # the least disturbed round
         results[r.name].update(best, warm_s=best["s"], tok_s=best["tokens"] / best["s"],
-                               tok_s_rounds=[o["tokens"] / o["s"] for o in rounds])
+                               tok_s_rounds=[o["tokens"] / o["s"] for o in rounds],
+                               cpu_s_rounds=[o["cpu_s"] for o in rounds if "cpu_s" in o],
+                               compiles_rounds=[o["compiles"] for o in rounds if "compiles" in o])
         if isinstance(r, SGLangRunner):
             results[r.name]["startup_s"] = r.startup_s
     return results
@@ -260,6 +280,10 @@ async def bench(runners: list[Runner], loads: list[Load]) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=None,
+                   help="a HF checkpoint directory, or a pretrained name (smollm2); default: a random Qwen3 of the "
+                        "shape below")
+    p.add_argument("--max-len", type=int, default=0, help="JaxEngine max_len (0: the longest context of the loads)")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--heads", type=int, default=4)
@@ -282,6 +306,8 @@ def main() -> int:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=1, help="timed rounds (every engine once per round, interleaved)")
+    p.add_argument("--torch-threads", type=int, default=0,
+                   help="transformers' threads (0: one per CPU core; on a machine other jobs load, 1 can be faster)")
     p.add_argument("--skip-jax", action="store_true")
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-transformers", action="store_true")
@@ -291,24 +317,32 @@ def main() -> int:
     args.min_prompt = args.min_prompt if args.min_prompt is not None else (300 if grpo else 64)
     args.max_prompt = args.max_prompt if args.max_prompt is not None else (2000 if grpo else 512)
 
-    cfg = tiny_config("qwen3", num_layers=args.layers, hidden_size=args.hidden, num_heads=args.heads,
-                      num_kv_heads=args.kv_heads, head_dim=args.head_dim, intermediate_size=args.intermediate,
-                      vocab_size=args.vocab, max_position_embeddings=4096)
     with tempfile.TemporaryDirectory(prefix="bench_engine_") as tmp:
-        path = Path(tmp) / "model"
-        cfg, _ = make_tiny_checkpoint(path, cfg, seed=0, std=0.05)
+        if args.checkpoint:
+            path = resolve_checkpoint(args.checkpoint)
+            cfg = ModelConfig.from_hf(json.loads((path / "config.json").read_text()))
+            name = f"{cfg.architecture} from {path}"
+        else:
+            cfg = tiny_config("qwen3", num_layers=args.layers, hidden_size=args.hidden, num_heads=args.heads,
+                              num_kv_heads=args.kv_heads, head_dim=args.head_dim, intermediate_size=args.intermediate,
+                              vocab_size=args.vocab, max_position_embeddings=4096)
+            path = Path(tmp) / "model"
+            cfg, _ = make_tiny_checkpoint(path, cfg, seed=0, std=0.05)
+            name = "random qwen3"
         loads = workload(args, cfg.vocab_size)
-        print(f"model: qwen3 L={cfg.num_layers} D={cfg.hidden_size} H={cfg.num_heads}x{cfg.head_dim} "
+        print(f"model: {name} L={cfg.num_layers} D={cfg.hidden_size} H={cfg.num_heads}x{cfg.head_dim} "
               f"KV={cfg.num_kv_heads} F={cfg.intermediate_size} V={cfg.vocab_size} params={cfg.num_params() / 1e6:.1f}M")
         print(f"load ({args.workload}): {loads[1].describe(args)}; {args.new_tokens} new tokens each, EOS disabled, "
-              f"greedy, fp32; {args.rounds} timed round(s); {os.cpu_count()} CPU cores, loadavg "
-              f"{os.getloadavg()[0]:.1f}", flush=True)
+              f"greedy, fp32; prompt lengths drawn anew for the warm-up and every round; {args.rounds} timed "
+              f"round(s); {os.cpu_count()} CPU cores, loadavg {os.getloadavg()[0]:.1f}", flush=True)
         slots = args.slots or len(loads[1].prompts)
         max_context = max(load.max_context(args.new_tokens) for load in loads)
+        if args.max_len and args.max_len < max_context:
+            raise SystemExit(f"--max-len {args.max_len} is shorter than the longest context of the loads ({max_context})")
         runners: list[Runner] = []
         caches = {"on": [True], "off": [False], "both": [True, False]}[args.jax_cache or ("both" if grpo else "on")]
         for on in [] if args.skip_jax else caches:
-            runners.append(JaxRunner(path, args, max_context, slots, prefix_cache=on))
+            runners.append(JaxRunner(path, args, args.max_len or max_context, slots, prefix_cache=on))
         if not args.skip_transformers:
             runners.append(TransformersRunner(path, args))
         skipped: dict[str, str] = {}
@@ -329,6 +363,12 @@ def main() -> int:
             rounds = ", ".join(f"{x:.1f}" for x in r["tok_s_rounds"])
             print(f"  {name:14s} {r['tok_s']:8.1f} tok/s [{rounds}]  ({r['tokens']} tokens in {r['warm_s']:.2f}s; "
                   f"warm-up {r['cold_s']:.2f}s{reuse})")
+            if r.get("cpu_s_rounds"):
+                print(f"  {'':14s} CPU seconds of this process per round: "
+                      f"[{', '.join(f'{x:.1f}' for x in r['cpu_s_rounds'])}]")
+            if r.get("compiles_rounds"):
+                print(f"  {'':14s} programs compiled: warm-up {r['cold_compiles']}, then per round "
+                      f"{r['compiles_rounds']}")
         else:
             print(f"  {name:14s} {r}")
     for ours in ("jax", "jax_nocache"):
@@ -336,10 +376,10 @@ def main() -> int:
             continue
         for name in ("jax_nocache", "transformers", "sglang_jax"):
             if name != ours and isinstance(results.get(name), dict):
-                per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(results[ours]["tok_s_rounds"],
-                                                                      results[name]["tok_s_rounds"]))
-                print(f"  ratio {ours} / {name}: {results[ours]['tok_s'] / results[name]['tok_s']:.2f}x "
-                      f"(best rounds; round by round: {per_round})")
+                per_round = [a / b for a, b in zip(results[ours]["tok_s_rounds"], results[name]["tok_s_rounds"])]
+                print(f"  ratio {ours} / {name}: {results[ours]['tok_s'] / results[name]['tok_s']:.2f}x best rounds, "
+                      f"{statistics.median(per_round):.2f}x median of rounds (round by round: "
+                      f"{', '.join(f'{x:.2f}' for x in per_round)})")
     print(f"  loadavg after: {os.getloadavg()[0]:.1f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
