@@ -26,7 +26,9 @@ SLOW_MODULES = (
     "tests/test_interop_agentlab.py",
     "tests/test_models_gguf.py",  # the real SmolLM2 file: greedy generation 98 s, SFT step + export 72 s
     "tests/test_gpu_check.py",  # the GPU proof's CPU smoke, every section (about 150 s)
-    "tests/browser/test_serve.py",  # browser servers started and killed (29 tests, 244 s)
+    "tests/browser/test_serve.py",
+    "tests/test_main_job_pretrained.py",  # the quick main job from SmolLM2 (about 6 min quiet)
+    "tests/test_engine_smollm2.py",  # JaxEngine against transformers on the real 30-layer model  # browser servers started and killed (29 tests, 244 s)
 )
 
 SLOW_TESTS = (
