@@ -3,10 +3,10 @@
 rounds of concurrent chat prompts whose lengths change from round to round (a GRPO-like pair of identical
 prompts, second turns that extend the first round's conversations, new questions), with the prefix cache
 off and on; and the programs the engine compiles stay a fixed, small set however many prompt lengths it
-sees (one decode program for its one capacity, a prefill program per row-count bucket).
+sees (one decode program for its one capacity, a prefill program per (chunk, context) bucket pair).
 
 Small on purpose (the model runs at a few tokens per second per request on two shared cores): prompts of
-20-120 tokens, 8 new tokens, a 128-position cache, prefill rows of 16 tokens."""
+20-120 tokens, 8 new tokens, a 128-position cache, prefill chunks of at most 64 tokens."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from jaxwebrl.engines import JaxEngine, SamplingParams
 
 MAX_LEN = 128
 NEW = 8
-WIDTH, CHUNK = 16, 64  # prefill rows of 16 tokens, at most 4 per call: row-count buckets 1, 2, 4
+CHUNK = 64  # prefill chunks of at most 64 tokens: one chunk bucket under the one 128-position context bucket
 
 QUESTIONS = [
     "What is the capital of France? Answer in one word.",
@@ -95,7 +95,7 @@ def _rounds(smollm2: dict[str, Any], prefix_cache: bool) -> tuple[JaxEngine, lis
 
     async def main() -> tuple[JaxEngine, list[list[Any]], list[dict[str, int]]]:
         engine = JaxEngine.from_checkpoint(smollm2["path"], num_slots=4, max_len=MAX_LEN, buckets=(MAX_LEN,),
-                                           prefix_cache=prefix_cache, prefill_width=WIDTH, prefill_chunk=CHUNK)
+                                           prefix_cache=prefix_cache, prefill_chunk=CHUNK)
         outs, counts = [], []
         try:
             for prompts in smollm2["rounds"]:
@@ -114,12 +114,12 @@ def _check(smollm2: dict[str, Any], engine: JaxEngine, outs: list[list[Any]], co
             assert gen.token_ids == smollm2["refs"][tuple(prompt)], (len(prompt), gen.token_ids)
     assert sum(len(g.token_ids) for r in outs for g in r) >= 5 * NEW  # most requests ran their 8 tokens
     # A fixed set of programs for every prompt length: the capacity never changes (one bucket), so one decode
-    # program and no resize; one prefill program per row-count bucket (1, 2, 4 rows of 16 tokens). Nine
+    # program and no resize; one prefill program per (chunk bucket, context bucket) pair: (64, 128) only. Nine
     # requests of eight lengths in three rounds compiled no more than that.
     final = counts[-1]
-    assert engine._row_buckets == (1, 2, 4)
+    assert engine._chunk_buckets == (CHUNK,) and engine.buckets == (MAX_LEN,)
     assert final["decode"] == 1 and final["resize"] == 0, counts
-    assert 1 <= final["prefill"] <= len(engine._row_buckets), counts
+    assert final["prefill"] == 1, counts
     later = sum(final.values()) - sum(counts[0].values())
     print(f"programs compiled: first round {counts[0]}, then {later} more in two rounds of new prompt lengths; "
           f"lengths {smollm2['lengths']}")
