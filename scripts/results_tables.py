@@ -52,8 +52,15 @@ def record_from_run(workdir: Path, table: str, what: str) -> dict[str, Any]:
     seeds_file, single_file = workdir / "seeds_summary.json", workdir / "summary.json"
     if seeds_file.exists():
         s = json.loads(seeds_file.read_text())
-        prov = s.get("provenance") or {}
         runs = s.get("runs", {})
+        # The driver's provenance; a report rebuilt with `seeds.py --report` has none: the seeds' own then.
+        prov = dict(s.get("provenance") or {})
+        run_provs = [r["provenance"] for r in runs.values() if r.get("provenance")]
+        if not prov.get("commit") and run_provs:
+            commits = sorted({p.get("commit") or "?" for p in run_provs})
+            prov.setdefault("date", min(p.get("date") or "?" for p in run_provs))
+            prov["commit"] = ",".join(commits)
+            prov.setdefault("command", f"scripts/seeds.py --report (each seed: {run_provs[0].get('command', '?')})")
         loads = [r["provenance"].get(k) for r in runs.values() if r.get("provenance") for k in ("load_start", "load_end")]
         policies = {p["policy"]: {"mean": p["mean"], "ci": [p["ci_low"], p["ci_high"]], "interval": p["interval"],
                                   "per_seed": p["per_seed"], "n": p["episodes_per_seed"][0]} for p in s["policies"]}

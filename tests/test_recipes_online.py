@@ -417,8 +417,10 @@ def test_seeds_report_and_results_record_from_run_summaries(quick_run, tmp_path)
     cfg, summary = quick_run
     work = tmp_path / "seeds"
     flipped = json.loads(json.dumps(summary))
-    first = sorted(flipped["eval"]["RL"]["outcomes"])[0]
-    flipped["eval"]["RL"]["outcomes"][first] = not flipped["eval"]["RL"]["outcomes"][first]
+    rl_eval = flipped["eval"]["RL"]
+    first = sorted(rl_eval["outcomes"])[0]  # "<task>@<seed>"
+    rl_eval["outcomes"][first] = not rl_eval["outcomes"][first]
+    rl_eval["per_task"][first.rsplit("@", 1)[0]]["successes"] += 1 if rl_eval["outcomes"][first] else -1
     for seed, s in ((0, summary), (1, flipped)):
         (work / f"seed_{seed}").mkdir(parents=True)
         (work / f"seed_{seed}" / "summary.json").write_text(json.dumps(s, default=str))
