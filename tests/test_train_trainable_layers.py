@@ -59,13 +59,14 @@ def test_top_layers_get_the_full_models_gradient_and_the_rest_none(scan):
     np.testing.assert_allclose(np.asarray(g_top["final_norm"]), np.asarray(g_full["final_norm"]), rtol=1e-5, atol=1e-7)
 
 
-def test_an_update_leaves_frozen_weights_bit_identical(tmp_path):
+@pytest.mark.parametrize("trainable", [2, 4])  # 4 = every layer of the model: only the embedding is frozen
+def test_an_update_leaves_frozen_weights_bit_identical(tmp_path, trainable):
     mc = _model(True)
     c = default_config()
     c.mesh = {"data": 1, "fsdp": 1, "tensor": 1}
     c.workdir, c.log.tensorboard = str(tmp_path), False
     c.loss.kind = "sft"
-    c.train.micro_batch, c.train.seq_len, c.train.trainable_layers = 4, 32, 2
+    c.train.micro_batch, c.train.seq_len, c.train.trainable_layers = 4, 32, trainable
     c.optim.lr, c.optim.weight_decay = 1e-2, 0.1  # decoupled weight decay moves every weight it is applied to
     before = init_params(mc, jax.random.key(1))
     trainer = Trainer(parse_config(c), params=before, model_cfg=mc, checkpointing=False)
@@ -77,8 +78,9 @@ def test_an_update_leaves_frozen_weights_bit_identical(tmp_path):
     before = jax.device_get(before)
     np.testing.assert_array_equal(after["embed"], before["embed"])
     for name in before["layers"]:
-        np.testing.assert_array_equal(after["layers"][name][:2], before["layers"][name][:2], err_msg=name)
-        assert not np.array_equal(after["layers"][name][2:], before["layers"][name][2:]), f"{name}: top layers did not move"
+        frozen = mc.num_layers - trainable
+        np.testing.assert_array_equal(after["layers"][name][:frozen], before["layers"][name][:frozen], err_msg=name)
+        assert not np.array_equal(after["layers"][name][frozen:], before["layers"][name][frozen:]), f"{name}: top layers did not move"
 
 
 def test_more_trainable_layers_than_the_model_has_is_refused(tmp_path):

@@ -283,10 +283,12 @@ def train_step(cfg: StepConfig, tx: optax.GradientTransformation, schedule: opta
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     if cfg.freeze_vision and isinstance(cfg.model, VLConfig):  # no update at all (weight decay included)
         updates = {**updates, "vision": jax.tree.map(jnp.zeros_like, updates["vision"])}
-    n_frozen = frozen_layers(cfg)
-    if n_frozen:  # the frozen layers and embeddings: no update at all (weight decay included)
+    if cfg.trainable_layers and not isinstance(cfg.model, VLConfig):  # frozen: no update at all (weight decay too)
+        # the embeddings always (next_token_logprobs stops their gradient), the layers below the top N if any
         updates = {k: jax.tree.map(jnp.zeros_like, v) if k in ("embed", "lm_head") else v for k, v in updates.items()}
-        updates["layers"] = jax.tree.map(lambda u: u.at[:n_frozen].set(0), updates["layers"])
+        n_frozen = frozen_layers(cfg)
+        if n_frozen:
+            updates["layers"] = jax.tree.map(lambda u: u.at[:n_frozen].set(0), updates["layers"])
     params = optax.apply_updates(state["params"], updates)
     metrics["grad_norm"] = optax.tree.norm(grads)
     metrics["update_norm"] = optax.tree.norm(updates)
