@@ -138,19 +138,23 @@ def decode_vl(
     return cache, tok, lp
 
 
-def decode_by_row(step: Any, params: Params, cache: dict[str, Any], *per_slot: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
-    """`step` (`decode` or `decode_vl` bound to a config) run one slot at a time in a loop: every row goes
-    through the same compiled body, so a request's numbers do not depend on its slot index or on the other
-    rows. Batched, XLA's CPU code generation vectorises across the flattened slot axis of the small
-    per-token arrays, and a row's position among the lanes changed the last bit of its keys (measured on
-    the tiny Qwen3 of the engine tests: slot 0 vs 1, same inputs). Each row is copied out of the cache,
-    stepped, and only its new position written back. `per_slot[1]` are the cache positions."""
+def decode_by_row(step: Any, params: Params, cache: dict[str, Any], order: jax.Array, count: jax.Array,
+                  *per_slot: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
+    """`step` (`decode` or `decode_vl` bound to a config) run one slot at a time in a loop over the decoding
+    slots `order[:count]`: every row goes through the same compiled body, so a request's numbers do not
+    depend on its slot index or on the other rows. Batched, XLA's CPU code generation vectorises across the
+    flattened slot axis of the small per-token arrays, and a row's position among the lanes changed the last
+    bit of its keys (measured on the tiny Qwen3 of the engine tests: slot 0 vs 1, same inputs). Each row is
+    copied out of the cache, stepped, and only its new position written back. Free and mid-prefill slots are
+    not stepped at all (each row reads every weight once, so a step costs what its busy rows cost); their
+    tokens come back 0. `per_slot[1]` are the cache positions."""
     slots = per_slot[0].shape[0]
     length = cache["k"][0].shape[2]
     positions = per_slot[1]
 
-    def body(i: jax.Array, carry: tuple[Any, jax.Array, jax.Array]) -> tuple[Any, jax.Array, jax.Array]:
+    def body(j: jax.Array, carry: tuple[Any, jax.Array, jax.Array]) -> tuple[Any, jax.Array, jax.Array]:
         cache, toks, lps = carry
+        i = order[j]
         row = get_row(cache, i, length)
         row, tok, lp = step(params, row, *(jax.lax.dynamic_slice_in_dim(a, i, 1) for a in per_slot))
         at = jnp.minimum(positions[i], length - 1)
@@ -162,7 +166,7 @@ def decode_by_row(step: Any, params: Params, cache: dict[str, Any], *per_slot: j
         return cache, toks.at[i].set(tok[0]), lps.at[i].set(lp[0])
 
     init = (cache, jnp.zeros((slots,), jnp.int32), jnp.zeros((slots,), jnp.float32))
-    return jax.lax.fori_loop(0, slots, body, init)
+    return jax.lax.fori_loop(0, count, body, init)
 
 
 def decode(

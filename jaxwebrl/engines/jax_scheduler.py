@@ -238,11 +238,17 @@ class SlotScheduler:
                 return first, None
             self._grow(int(self._pos[[slot for slot, _ in rows]].max()) + 1)
             # Copies: on CPU jax may alias numpy memory, and the loop thread mutates these arrays later. Rows
-            # not decoding (free, or mid-prefill) compute junk at their position, which their next prefill
-            # chunk (or page load) overwrites before anything reads it.
+            # not decoding (free, or mid-prefill) compute junk at their position (batched decode; the
+            # deterministic one skips them), which their next prefill chunk (or page load) overwrites before
+            # anything reads it.
             per_slot = (self._tok, self._pos) + ((self._delta,) if self.is_vl else ()) + (
                 self._seed, self._count, self._temp, self._top_k, self._top_p, self._greedy)
-            self._cache, toks, lps = self._decode(params, self._cache, *(a.copy() for a in per_slot))
+            by_row: tuple[np.ndarray, ...] = ()
+            if self.deterministic:  # `decode_by_row` steps the decoding rows only, in slot order
+                order = np.zeros(self.num_slots, np.int32)
+                order[:len(rows)] = [slot for slot, _ in rows]
+                by_row = (order, np.int32(len(rows)))
+            self._cache, toks, lps = self._decode(params, self._cache, *by_row, *(a.copy() for a in per_slot))
             return first, (np.asarray(toks), np.asarray(lps), rows)
 
     def _fit_capacity(self, prefilling: list[tuple[int, Request]]) -> None:
