@@ -90,8 +90,8 @@ def off(tiny: dict[str, Any]) -> Any:
 
 @pytest.fixture(scope="module")
 def small(tiny: dict[str, Any]) -> Any:
-    """Two slots, 3 pages of prefix cache and 16-token prefill chunks: eviction and chunking at once."""
-    eng = _engine(tiny, prefix_cache_tokens=3 * PAGE, num_slots=2, prefill_chunk=16)
+    """Two slots, 3 pages of prefix cache and 16-token prefill chunks, one a step: eviction and chunking at once."""
+    eng = _engine(tiny, prefix_cache_tokens=3 * PAGE, num_slots=2, prefill_chunk=16, prefill_budget=16)
     yield eng
     asyncio.run(eng.close())
 
@@ -226,7 +226,7 @@ def test_weight_update_drops_stale_entries(tiny: dict[str, Any]) -> None:
 
 
 def test_chunked_prefill_interleaves_with_decode(tiny: dict[str, Any], off: JaxEngine, small: JaxEngine) -> None:
-    """16-token chunks: a 100-token prompt arriving while another request decodes is prefilled in 7 chunks,
+    """16-token chunks, 16 tokens a step: a 100-token prompt arriving while another request decodes is prefilled in 7 chunks,
     each in its own device step, with the other request's decode steps between them."""
     chunked = small
     rng = np.random.default_rng(3)

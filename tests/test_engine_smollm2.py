@@ -1,12 +1,13 @@
 """The JaxEngine on a real 30-layer model (SmolLM2-135M-Instruct, fetched and converted once by
 `jaxwebrl.models.pretrained`, then cached): greedy outputs equal transformers' token for token over three
 rounds of concurrent chat prompts whose lengths change from round to round (a GRPO-like pair of identical
-prompts, second turns that extend the first round's conversations, new questions), with the prefix cache
-off and on; and the programs the engine compiles stay a fixed, small set however many prompt lengths it
-sees (one decode program for its one capacity, a prefill program per (chunk, context) bucket pair).
+prompts, second turns that extend the first round's conversations, new questions, the same questions
+reworded), with the prefix cache off and on; and the programs the engine compiles, with its default
+buckets, stay a fixed set bounded by its buckets however many prompt lengths it sees: a fourth round of
+prompt lengths never seen before compiles nothing.
 
 Small on purpose (the model runs at a few tokens per second per request on two shared cores): prompts of
-20-120 tokens, 8 new tokens, a 128-position cache, prefill chunks of at most 64 tokens."""
+20-120 tokens, 8 new tokens, a 128-position cache, prefill chunks of 32 tokens."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from jaxwebrl.engines import JaxEngine, SamplingParams
 
 MAX_LEN = 128
 NEW = 8
-CHUNK = 64  # prefill chunks of at most 64 tokens: one chunk bucket under the one 128-position context bucket
+CHUNK = 32  # prefill chunks of 32 tokens: context and capacity buckets 32, 64 and 128 (the engine's default)
 
 QUESTIONS = [
     "What is the capital of France? Answer in one word.",
@@ -78,13 +79,17 @@ def smollm2() -> dict[str, Any]:
     second = [first[0] + refs[tuple(first[0])] + turn(FOLLOW_UPS[0]), chat(QUESTIONS[2]),
               first[1] + refs[tuple(first[1])] + turn(FOLLOW_UPS[1])]
     third = [chat(q) for q in QUESTIONS[3:]]
-    rounds = [first, second, third]
+    fourth = [chat(q.replace("?", ", please?").replace(".", ", please.", 1)) for q in QUESTIONS[3:]]
+    rounds = [first, second, third, fourth]
     for prompts in rounds[1:]:
         refs.update({tuple(p): reference(p) for p in prompts})
     lengths = [len(p) for r in rounds for p in r]
-    # Nine prompts (the group's two identical): eight lengths, and no round repeats an earlier round's.
-    assert max(lengths) + NEW <= MAX_LEN and len(set(lengths)) == 8, lengths
-    assert not {len(p) for p in second + third} & {len(p) for p in first}, lengths
+    # Twelve prompts (the group's two identical): eleven lengths, and no round repeats an earlier round's.
+    assert max(lengths) + NEW <= MAX_LEN and len(set(lengths)) == 11, lengths
+    seen: set[int] = set()
+    for prompts in rounds:
+        assert not {len(p) for p in prompts} & seen, lengths
+        seen |= {len(p) for p in prompts}
     return {"path": path, "rounds": rounds, "refs": refs, "lengths": lengths}
 
 
@@ -94,8 +99,8 @@ def _rounds(smollm2: dict[str, Any], prefix_cache: bool) -> tuple[JaxEngine, lis
     sp = SamplingParams(greedy=True, max_new_tokens=NEW)
 
     async def main() -> tuple[JaxEngine, list[list[Any]], list[dict[str, int]]]:
-        engine = JaxEngine.from_checkpoint(smollm2["path"], num_slots=4, max_len=MAX_LEN, buckets=(MAX_LEN,),
-                                           prefix_cache=prefix_cache, prefill_chunk=CHUNK)
+        engine = JaxEngine.from_checkpoint(smollm2["path"], num_slots=4, max_len=MAX_LEN, prefix_cache=prefix_cache,
+                                           prefill_chunk=CHUNK)
         outs, counts = [], []
         try:
             for prompts in smollm2["rounds"]:
@@ -113,16 +118,18 @@ def _check(smollm2: dict[str, Any], engine: JaxEngine, outs: list[list[Any]], co
         for prompt, gen in zip(prompts, gens):
             assert gen.token_ids == smollm2["refs"][tuple(prompt)], (len(prompt), gen.token_ids)
     assert sum(len(g.token_ids) for r in outs for g in r) >= 5 * NEW  # most requests ran their 8 tokens
-    # A fixed set of programs for every prompt length: the capacity never changes (one bucket), so one decode
-    # program and no resize; one prefill program per (chunk bucket, context bucket) pair: (64, 128) only. Nine
-    # requests of eight lengths in three rounds compiled no more than that.
-    final = counts[-1]
-    assert engine._chunk_buckets == (CHUNK,) and engine.buckets == (MAX_LEN,)
-    assert final["decode"] == 1 and final["resize"] == 0, counts
-    assert final["prefill"] == 1, counts
-    later = sum(final.values()) - sum(counts[0].values())
-    print(f"programs compiled: first round {counts[0]}, then {later} more in two rounds of new prompt lengths; "
-          f"lengths {smollm2['lengths']}")
+    # A set of programs fixed by the buckets (b = 3 of them), whatever the prompt lengths: every chunk is CHUNK
+    # wide, so one prefill program per context bucket; the chunk's row copied out and back per (capacity,
+    # context <= capacity) pair; one decode program per capacity, one resize per pair of capacities. With
+    # chunks of every width up to the step's budget (the engine before 2026-11-27), the prefill programs were
+    # one per (width bucket, context bucket) pair instead.
+    final, b = counts[-1], 3
+    assert engine.buckets == (32, 64, 128), engine.buckets
+    assert 1 <= final["prefill"] <= b and 1 <= final["decode"] <= b, counts
+    assert final["row"] <= b * (b + 1) and final["resize"] <= b * (b - 1), counts
+    # The fourth round's prompt lengths are new, in the range the earlier rounds covered: nothing compiles.
+    assert counts[3] == counts[2], counts
+    print(f"programs compiled: after each round {counts}; lengths {smollm2['lengths']}")
 
 
 def test_greedy_equals_transformers_over_rounds_of_changing_lengths(smollm2: dict[str, Any],

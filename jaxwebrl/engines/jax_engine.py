@@ -16,9 +16,11 @@ and of every finished request's prompt + response, are copied into a page pool (
 request's longest cached prefix is copied into its row and only the rest is prefilled. `update_weights`
 empties the index (an epoch counter also keeps requests that ran under the old weights from publishing).
 
-Chunked prefill: a step prefills at most `prefill_chunk` prompt tokens (queued requests in order, each from
-where its cached prefix ends) and then runs one decode step for the decoding slots, so a long prompt does not
-stall the others. Requests are prefilled one after another, so a group's later members find the first
+Chunked prefill: a step prefills chunks of `prefill_chunk` tokens, at most `prefill_budget` tokens in all
+(queued requests in order, each from where its cached prefix ends), and then runs one decode step for the
+decoding slots, so a long prompt does not stall the others. Every chunk has the same width (a prompt's last
+chunk is padded), so the prefill programs are one per context bucket: a new prompt length is never a new
+program (on SmolLM2, chunks of every width up to 512 compiled new programs in every round of new lengths). Requests are prefilled one after another, so a group's later members find the first
 member's prompt cached.
 
 Threads: one asyncio task runs the scheduler; the jitted calls run in a single worker thread, so the event
@@ -100,7 +102,8 @@ class JaxEngine(SlotScheduler):
 
     `prefix_cache` (text models; a VL engine prefills every prompt whole and caches nothing, images or not)
     keeps up to `prefix_cache_tokens` tokens of keys and values (default: as many as the slots hold) in pages
-    of `page_size` tokens; `prefill_chunk` bounds the prompt tokens prefilled between two decode steps.
+    of `page_size` tokens; prompts are prefilled in chunks of `prefill_chunk` tokens, `prefill_budget` tokens
+    (default max(prefill_chunk, 512)) between two decode steps.
 
     `deterministic`: a request's tokens and logprobs are bit-identical whatever else is in flight (see
     "Deterministic mode" in jax_scheduler's doc): chunks on a fixed grid of `prefill_chunk` positions, each
@@ -124,7 +127,8 @@ class JaxEngine(SlotScheduler):
         prefix_cache: bool = True,
         prefix_cache_tokens: int | None = None,
         page_size: int = 16,
-        prefill_chunk: int = 512,
+        prefill_chunk: int = 128,
+        prefill_budget: int | None = None,
         deterministic: bool = False,
     ) -> None:
         self.cfg = cfg
@@ -141,8 +145,18 @@ class JaxEngine(SlotScheduler):
         self.max_len = int(max_len or min(text_cfg.max_position_embeddings, 4096))
         if buckets and max(buckets) > self.max_len:
             raise ValueError(f"buckets {tuple(buckets)}: the largest must be <= max_len={self.max_len}")
-        # max_len is always the last bucket, so every prompt that fits and every decode span has one.
-        self.buckets = tuple(sorted(set(buckets) | {self.max_len})) if buckets else prefill_buckets(self.max_len)
+        if prefill_chunk < 1 or page_size < 1 or (prefill_budget is not None and prefill_budget < 1):
+            raise ValueError(f"prefill_chunk={prefill_chunk}, prefill_budget={prefill_budget} and page_size={page_size} "
+                             "must be >= 1")
+        # Every prefill chunk is `prefill_chunk` tokens wide (the last of a prompt padded), so the prefill
+        # programs are one per context bucket whatever the prompts' lengths; a step runs chunks until it has
+        # computed `prefill_budget` tokens.
+        self.prefill_chunk = min(int(prefill_chunk), self.max_len)
+        self.prefill_budget = int(prefill_budget) if prefill_budget is not None else max(self.prefill_chunk, 512)
+        # max_len is always the last bucket, so every prompt that fits and every decode span has one. The
+        # default buckets start at the chunk width: a prefill reads at least that many positions anyway.
+        self.buckets = (tuple(sorted(set(buckets) | {self.max_len})) if buckets
+                        else prefill_buckets(self.max_len, min_bucket=self.prefill_chunk))
         self.mesh = mesh
         self.tokenizer = tokenizer
         self.version = int(version)
@@ -198,13 +212,8 @@ class JaxEngine(SlotScheduler):
             decode_fn = functools.partial(decode_by_row, decode_fn)
         self._decode = jax.jit(named(decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,))
 
-        if prefill_chunk < 1 or page_size < 1:
-            raise ValueError(f"prefill_chunk={prefill_chunk} and page_size={page_size} must be >= 1")
-        self.prefill_chunk = min(int(prefill_chunk), self.max_len)
-        self._chunk_buckets = tuple(b for b in self.buckets if b < self.prefill_chunk) + (self.prefill_chunk,)
         self.page_size = int(page_size)
         if self.deterministic:  # every chunk is one full grid chunk: [k C, (k + 1) C), padded
-            self._chunk_buckets = (self.prefill_chunk,)
             if self.max_len % self.prefill_chunk or (prefix_cache and self.prefill_chunk % self.page_size):
                 raise ValueError(f"deterministic=True needs max_len={self.max_len} to be a multiple of prefill_chunk="
                                  f"{self.prefill_chunk}, and prefill_chunk a multiple of page_size={self.page_size} "

@@ -1,7 +1,8 @@
 """The JaxEngine's continuous batching: requests wait in a queue, each is admitted to a free slot (a row of
-the KV cache), prefilled in chunks of at most `prefill_chunk` tokens between decode steps (in arrival order,
-after the longest prefix the prefix cache holds), then decoded with every other decoding slot, one token per
-step, until a stop condition frees its slot. The cache's capacity follows the longest request in flight
+the KV cache), prefilled in chunks of `prefill_chunk` tokens (a prompt's last chunk padded to that width, so
+the prefill programs never follow the prompts' lengths), up to `prefill_budget` tokens between two decode
+steps (in arrival order, after the longest prefix the prefix cache holds), then decoded with every other
+decoding slot, one token per step, until a stop condition frees its slot. The cache's capacity follows the longest request in flight
 (grown before a step needs it, cut when the need falls to half), and finished requests' full blocks are
 published to the prefix cache. One asyncio task runs `_run`; the device work (`_device_step`) runs in the
 engine's single worker thread.
@@ -9,8 +10,8 @@ engine's single worker thread.
 Deterministic mode (`deterministic=True`): a request's tokens and logprobs must not depend on what else is in
 flight, so every shape and every value it computes with is a function of the request alone. Prefill: the
 prompt is cut on a fixed grid of `prefill_chunk` (C) positions, [kC, (k+1)C), each chunk padded to width C and
-attending over the bucket of (k+1)C, whatever the queue holds (the budget then only decides how many chunks a
-step runs); the key and value at a position are thereby a function of the tokens up to it. Prefix cache: a
+attending over the bucket of (k+1)C, whatever the queue holds (the budget only decides how many chunks a step
+runs); the key and value at a position are thereby a function of the tokens up to it. Prefix cache: a
 request takes only whole grid chunks ((k C) tokens) of a match, and only prompt blocks computed by such
 prefills are published, never a finished request's response (decode steps compute those keys and values
 with other shapes): what it loads is bit-identical to what it would recompute. Decode: the cache's capacity
@@ -92,7 +93,7 @@ class SlotScheduler:
     _params: Params
     _cache: dict[str, Any]
     _capacity: int
-    _chunk_buckets: tuple[int, ...]
+    prefill_budget: int
     _index: RadixIndex | None
     _pool: PagePool | None
     _prefill: Callable[..., Any]
@@ -219,15 +220,19 @@ class SlotScheduler:
                 if ep == epoch:
                     self._cache_blocks(slot, tokens)
             self._fit_capacity(prefilling)  # after the publishing: a cut must not drop blocks not cached yet
-            budget = self.prefill_chunk
+            budget = self.prefill_budget
             for slot, req in prefilling:
                 if budget <= 0:
                     break
                 if self._slots[slot] is not req:  # cancelled while queued for its prefill
                     continue
-                done, used = self._prefill_vl(params, slot, req) if req.vl_inputs is not None else \
-                    self._prefill_chunk(params, epoch, slot, req, budget)
-                budget -= used
+                done: tuple[int, float] | None = None
+                if req.vl_inputs is not None:
+                    done, used = self._prefill_vl(params, slot, req)
+                    budget -= used
+                while done is None and budget > 0:  # text: chunk after chunk of this prompt
+                    done = self._prefill_chunk(params, epoch, slot, req)
+                    budget -= self.prefill_chunk  # a padded chunk costs its whole width
                 if done is None:
                     break  # prompts are prefilled in order: the next may extend this one
                 first.append((slot, req, *done))
@@ -285,11 +290,9 @@ class SlotScheduler:
         self._set_slot(slot, req, int(tok), n)
         return (int(tok), float(lp)), n
 
-    def _prefill_chunk(
-        self, params: Params, epoch: int, slot: int, req: Request, budget: int
-    ) -> tuple[tuple[int, float] | None, int]:
-        """Prefill the next chunk (<= budget tokens) of a text prompt into row `slot`, starting after its cached
-        prefix; returns ((first token, logprob) when the prompt is done, else None) and the tokens computed."""
+    def _prefill_chunk(self, params: Params, epoch: int, slot: int, req: Request) -> tuple[int, float] | None:
+        """Prefill the next chunk of a text prompt into row `slot` (at most `prefill_chunk` tokens, padded to
+        that width, starting after its cached prefix); returns (first token, logprob) once the prompt is done."""
         n, cached = req.prompt.size, 0
         if req.kv_epoch < 0:  # first chunk: take the longest cached prefix (always leaving one token to run)
             req.kv_epoch = epoch
@@ -303,10 +306,9 @@ class SlotScheduler:
                     cached = len(pages) * self.page_size
                     req.prefilled = cached
                     self.cached_tokens += cached
-        start = req.prefilled
-        # deterministic: the next grid chunk whatever the budget (start is a multiple of prefill_chunk)
-        size = min(n - start, self.prefill_chunk if self.deterministic else budget)
-        width = next(b for b in self._chunk_buckets if b >= size)
+        start = req.prefilled  # deterministic: a multiple of prefill_chunk, so chunks lie on the grid
+        width = self.prefill_chunk
+        size = min(n - start, width)
         s0 = min(start, self.max_len - width)  # keep the padded window inside the row (recomputes a few)
         count = start + size - s0
         tokens = np.zeros((1, width), np.int32)
@@ -325,11 +327,11 @@ class SlotScheduler:
                                           size, cached))
         if req.prefilled < n:
             self._pos[slot] = req.prefilled  # where a decode step's junk write lands: the next chunk's start
-            return None, size
+            return None
         if req.kv_epoch == epoch:
             self._cache_blocks(slot, req.prompt)
         self._set_slot(slot, req, int(tok), n)
-        return (int(tok), float(lp)), size
+        return int(tok), float(lp)
 
     def _cache_blocks(self, slot: int, tokens: np.ndarray) -> None:
         """Index the full blocks of `tokens` (whose keys and values fill row `slot` from position 0) and copy

@@ -111,8 +111,7 @@ def make_backend(cfg: JudgeConfig, url: str | None = None, *, tokenizer: Any | N
         from jaxwebrl.engines.jax_engine import JaxEngine
 
         engine = JaxEngine.from_checkpoint(cfg.model_path, mesh=mesh, tokenizer=tokenizer, num_slots=cfg.jax_num_slots,
-                                           max_len=cfg.jax_max_len, name="judge-jax", deterministic=cfg.deterministic,
-                                           prefill_chunk=128 if cfg.deterministic else 512)
+                                           max_len=cfg.jax_max_len, name="judge-jax", deterministic=cfg.deterministic)
         return EngineBackend(engine, tokenizer)
     if cfg.engine == "sglang":
         from jaxwebrl.engines.sglang_engine import SGLangEngine
