@@ -19,7 +19,8 @@ directory, or `smollm2`: the pretrained SmolLM2-135M-Instruct, fetched and conve
 allocations), then `--rounds` timed rounds, every engine once per round in turn. Every load (the warm-up's
 and each round's) draws its own prompt lengths and tokens, as an RL run's pages change from round to round:
 the timed rounds see lengths the warm-up did not, so programs compiled for new lengths show up in the rounds'
-compile counts, and no prefix cache carries one round's work into the next. Greedy decoding, fp32, the same
+compile counts (`--jax-warmup` compiles every program first, `JaxEngine.warmup`, and says how many), and no
+prefix cache carries one round's work into the next. Greedy decoding, fp32, the same
 generated-token count for every engine. Each round reports wall seconds and this process's CPU seconds
 (transformers and the JaxEngine run here; on a machine shared with other jobs the CPU seconds say how much
 work each side did).
@@ -28,7 +29,11 @@ work each side did).
   .venv/bin/python benchmarks/bench_engine.py --skip-sglang --requests 8
   .venv/bin/python benchmarks/bench_engine.py --workload grpo  # 4 groups x 4, prompts 300-2000, two turns
   .venv/bin/python benchmarks/bench_engine.py --checkpoint smollm2 --skip-sglang --requests 8 \
-      --min-prompt 150 --max-prompt 700 --new-tokens 48 --rounds 4 --max-len 1024   # issue 41's workload
+      --min-prompt 150 --max-prompt 700 --new-tokens 48 --rounds 3 --max-len 1024 --torch-threads 1  # issue 41
+  .venv/bin/python benchmarks/bench_engine.py --checkpoint smollm2 --skip-sglang --workload grpo --groups 2 \
+      --group-size 4 --min-prompt 300 --max-prompt 600 --min-ext 32 --max-ext 128 --new-tokens 48 --rounds 3 \
+      --max-len 1024 --jax-cache on --torch-threads 1 --jax-warmup   # issue 41's shared-prefix workload
+(run under `taskset -c 0` on a machine other jobs share: one core each side, in turn.)
 """
 
 from __future__ import annotations
@@ -146,8 +151,16 @@ class JaxRunner(Runner):
     def __init__(self, path: Path, args: argparse.Namespace, max_len: int, slots: int, prefix_cache: bool) -> None:
         self.name = "jax" if prefix_cache else "jax_nocache"
         self.engine = JaxEngine.from_checkpoint(path, num_slots=slots, max_len=max_len, prefix_cache=prefix_cache,
-                                                prefill_chunk=args.prefill_chunk)
+                                                prefill_chunk=args.prefill_chunk, prefill_budget=args.prefill_budget)
         self.sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, ignore_eos=True)
+        self.warmup = args.jax_warmup
+
+    async def start(self) -> None:
+        if self.warmup:  # every program compiled before any request (JaxEngine.warmup)
+            t = time.perf_counter()
+            counts = await self.engine.warmup()
+            print(f"  {self.name}: warmup() compiled {sum(counts.values())} programs in {time.perf_counter() - t:.1f}s "
+                  f"{counts}", flush=True)
 
     async def run(self, load: Load) -> dict[str, float]:
         before, compiled = self.engine.stats(), sum(self.engine.compile_counts().values())
@@ -299,7 +312,10 @@ def main() -> int:
     p.add_argument("--max-ext", type=int, default=256, help="grpo: new tokens of the second turn, at most")
     p.add_argument("--jax-cache", choices=("on", "off", "both"), default=None,
                    help="JaxEngine prefix cache runs (default: both for grpo, on for mixed)")
-    p.add_argument("--prefill-chunk", type=int, default=512, help="JaxEngine prompt tokens between decode steps")
+    p.add_argument("--prefill-chunk", type=int, default=128, help="JaxEngine prefill chunk width")
+    p.add_argument("--prefill-budget", type=int, default=512, help="JaxEngine prompt tokens between decode steps")
+    p.add_argument("--jax-warmup", action=argparse.BooleanOptionalAction, default=False,
+                   help="call JaxEngine.warmup() before the warm-up load (every program compiled up front)")
     p.add_argument("--slots", type=int, default=0, help="engine slots / server max running requests (0: = requests)")
     p.add_argument("--min-prompt", type=int, default=None, help="default: 64 (mixed), 300 (grpo)")
     p.add_argument("--max-prompt", type=int, default=None, help="default: 512 (mixed), 2000 (grpo)")

@@ -187,6 +187,45 @@ async def _one_by_one(engine: JaxEngine, requests: list[tuple[list[int], Samplin
     return [await engine.generate(p, sp) for p, sp in requests]
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_warmup_compiles_every_program_a_request_can_need(tiny: dict[str, Any], engine: JaxEngine, deterministic: bool,
+                                                         without_compilation_cache: None) -> None:
+    """After `warmup()`, requests of any length (1 to 110 tokens, alone and together, a group of identical
+    prompts and second turns that extend them through the prefix cache, capacities from the smallest bucket
+    to max_len) compile nothing, and give the fixture engine's outputs (warmup's placeholder calls leave
+    nothing a request reads)."""
+    eng = _engine(tiny, buckets=None, prefill_chunk=16, prefill_budget=32, deterministic=deterministic)
+    assert eng.buckets == (16, 32, 64, MAX_LEN)
+    rng = np.random.default_rng(5)
+    vocab = tiny["cfg"].vocab_size
+    lengths = [1, 7, 16, 17, 40, 63, 64, 65, 90, 110]
+    prompts = [list(map(int, rng.integers(3, vocab, n))) for n in lengths]
+    group = prompts[4]
+
+    async def main() -> tuple[dict[str, int], dict[str, int], list[Any], list[Any]]:
+        warm = await eng.warmup()
+        sp = SamplingParams(greedy=True, max_new_tokens=12, ignore_eos=True)
+        outs = list(await asyncio.gather(*(eng.generate(p, sp) for p in prompts[:5])))  # together
+        outs += list(await asyncio.gather(*(eng.generate(group, sp) for _ in range(3))))  # a group
+        turns = [group + outs[-1].token_ids + [5, 6, 7], prompts[5] + [9] * 20]  # second turns, cached prefixes
+        outs += list(await asyncio.gather(*(eng.generate(p, sp) for p in turns + prompts[5:])))
+        for p in prompts[::-1]:  # alone: the cache cut back and grown again
+            outs.append(await eng.generate(p, sp))
+        after = eng.compile_counts()
+        await eng.close()
+        refs = [await engine.generate(p, sp) for p in prompts[:5] + [group] * 3 + turns + prompts[5:] + prompts[::-1]]
+        return warm, after, outs, refs
+
+    warm, after, outs, refs = _run(main())
+    assert all(warm[kind] >= 1 for kind in ("prefill", "decode", "row", "store", "load")), warm
+    assert (warm["resize"] == 0) if deterministic else (warm["resize"] == 4 * 3), warm  # every ordered pair of 4
+    assert eng.cached_tokens > 0 and len(outs) == 25
+    assert after == warm, (warm, after)  # nothing compiled after the warm-up
+    for got, want in zip(outs, refs):
+        assert got.token_ids == want.token_ids
+        np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
+
+
 def test_update_weights_changes_outputs_without_recompiling(tiny: dict[str, Any], tmp_path: Path) -> None:
     cfg = tiny["cfg"]
     new_params = init_params(cfg, jax.random.key(7), std=0.3)

@@ -426,9 +426,51 @@ class JaxEngine(SlotScheduler):
             "cache_capacity": self._capacity, "deterministic": self.deterministic,
         }
 
+    async def warmup(self) -> dict[str, int]:
+        """Compile every program the engine can ever run, before the first request, so that no later request
+        waits for a compilation whatever its length: the prefill at every context bucket and its row copies,
+        the decode step, the page copies at every capacity, and the resizes between every two capacities.
+        Each call runs once on placeholder inputs in free rows (nothing a request reads). Returns the compile
+        counts. Optional: without it each program compiles when a request first needs it (on SmolLM2 about
+        1 s a program, ~11 the first time a request reaches a new capacity bucket)."""
+        if self.is_vl:
+            raise ValueError(f"engine {self.name!r}: warmup() covers text models (a VL prefill's programs follow "
+                             "its images' patch buckets)")
+        if any(r is not None for r in self._slots) or self._queue or self._closed:
+            raise RuntimeError(f"engine {self.name!r}: warmup() needs an idle, open engine (call it before generate)")
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._warm_programs)
+        return self.compile_counts()
+
+    def _warm_programs(self) -> None:
+        """Device thread: every program of `warmup`, on placeholder inputs in free rows."""
+        caps = [self.max_len] if self.deterministic else list(self.buckets)
+        start, C = self._capacity, self.prefill_chunk
+        sampling = (np.uint32(0), np.float32(1.0), np.int32(-1), np.float32(1.0), np.bool_(True))
+        with self._mesh_ctx():
+            for cap in caps:
+                for other in caps:  # every resize the scheduler can ask for: cap -> other
+                    if other != cap:
+                        self._set_capacity(cap)
+                        self._set_capacity(other)
+                self._set_capacity(cap)
+                per_slot = (self._tok, self._pos, self._seed, self._count, self._temp, self._top_k, self._top_p,
+                            self._greedy)
+                by_row = (np.zeros(self.num_slots, np.int32), np.int32(0)) if self.deterministic else ()
+                self._cache, _, _ = self._decode(self._params, self._cache, *by_row, *(a.copy() for a in per_slot))
+                for ctx in (b for b in self.buckets if C <= b <= cap):  # the contexts `_prefill_chunk` can use
+                    row = self._get_row(self._cache, np.int32(0), ctx)
+                    row, _, _ = self._prefill(self._params, row, np.zeros((1, C), np.int32), np.int32(0), np.int32(1),
+                                              *sampling)
+                    self._cache = self._put_row(self._cache, row, np.int32(0))
+                if self._pool is not None:
+                    self._pool.store(self._cache, 0, [], [])
+                    self._cache = self._pool.load(self._cache, 0, [])
+            self._set_capacity(start)
+            jax.block_until_ready(self._cache)
+
     def compile_counts(self) -> dict[str, int]:
-        """XLA compilations of this engine's programs so far (prefill: one per (chunk, context) bucket pair used;
-        decode: one per cache capacity; row: the prefill's row copies, resize: capacity changes; the prefix
-        cache's page copies: one per (page-count bucket, capacity)), counted from JAX's own compile events, so
+        """XLA compilations of this engine's programs so far (prefill: one per context bucket used; decode: one
+        per cache capacity; row: the prefill's row copies, per (capacity, context) pair; resize: capacity
+        changes; the prefix cache's page copies: one per capacity), counted from JAX's own compile events, so
         any recompilation shows up."""
         return compile_counts(self._uid, ("prefill", "decode", "row", "resize", "store", "load"))

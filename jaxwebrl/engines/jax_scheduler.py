@@ -273,6 +273,8 @@ class SlotScheduler:
             self._set_capacity(self._bucket(n))
 
     def _set_capacity(self, length: int) -> None:
+        if length == self._capacity:
+            return
         self._cache = self._resize(self._cache, length)
         self._capacity = length
 
