@@ -142,6 +142,32 @@ def unstack_layers(params: Params) -> Params:
     return {**params, "layers": tuple(jax.tree.map(lambda a, i=i: a[i], layers) for i in range(n))}
 
 
+@jax.custom_vjp
+def _split_layer_axis(a: jax.Array) -> tuple[jax.Array, ...]:
+    """a[0], a[1], ... of a stacked [layers, ...] array. Its gradient is one stack of the layers' gradients:
+    through plain `a[i]` slices autodiff pads every layer's gradient to the stacked shape and adds all of them,
+    an O(layers^2) fusion (SmolLM2's 30-layer train step spent about 1.9 of its 10 s loaded in them)."""
+    return tuple(a[i] for i in range(a.shape[0]))
+
+
+def _split_layer_axis_fwd(a: jax.Array) -> tuple[tuple[jax.Array, ...], None]:
+    return _split_layer_axis(a), None
+
+
+def _split_layer_axis_bwd(_: None, grads: tuple[jax.Array, ...]) -> tuple[jax.Array]:
+    return (jnp.stack(grads),)
+
+
+_split_layer_axis.defvjp(_split_layer_axis_fwd, _split_layer_axis_bwd)
+
+
+def split_layers(layers: Params) -> list[Params]:
+    """The per-layer trees of stacked layer params, for an unrolled loop (see `_split_layer_axis`)."""
+    leaves, treedef = jax.tree.flatten(layers)
+    split = [_split_layer_axis(a) for a in leaves]
+    return [treedef.unflatten([s[i] for s in split]) for i in range(leaves[0].shape[0])]
+
+
 def stack_layers(params: Params) -> Params:
     """The inverse of `unstack_layers`: the model's stacked layout."""
     return {**params, "layers": jax.tree.map(lambda *a: jnp.stack(a), *params["layers"])}
@@ -368,8 +394,8 @@ def hidden_states(
     if cfg.scan_layers:
         (x, cache), _ = jax.lax.scan(body, (x, cache), (layers, jnp.arange(first, cfg.num_layers)))
     else:
-        for i in range(first, cfg.num_layers):
-            (x, cache), _ = body((x, cache), (jax.tree.map(lambda a: a[i - first], layers), i))
+        for i, p in enumerate(split_layers(layers), start=first):
+            (x, cache), _ = body((x, cache), (p, i))
     return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), cache
 
 
