@@ -478,6 +478,21 @@ def test_configs_parse_in_both_faces():
     assert sft.data.train_files.endswith("nnetnav_explore_local/nnetnav/nnetnav_sft.jsonl")
 
 
+def test_local_variant_from_a_pretrained_model_explores_with_it():
+    # --config.model.pretrained=smollm2: the package index's SmolLM2 (fetched and converted once, cached) is the
+    # explorer / judge instead of the main job's BC policy; an explicit engine.checkpoint still wins.
+    from jaxwebrl.models.pretrained import fetch_pretrained
+
+    split = _script().split_config
+    flags = {"model.pretrained": "smollm2"}
+    run, nn = split(_load_config("nnetnav_explore", local=True, **flags), explicit=set(flags))
+    assert run.engine.checkpoint == run.model.path == str(fetch_pretrained("smollm2"))
+    assert run.workdir.endswith("_smollm2") and nn.judge_uses_policy
+    flags = {"model.pretrained": "smollm2", "engine.checkpoint": "elsewhere/hf"}
+    run, _ = split(_load_config("nnetnav_explore", local=True, **flags), explicit=set(flags))
+    assert run.engine.checkpoint == "elsewhere/hf"
+
+
 def test_driver_with_one_tiny_model_for_every_role(policy, tmp_path):
     # A random tiny Flax model explores (its outputs are no actions: the episode ends on format errors) and
     # judges (its answers do not parse): every labelled prefix is dropped with its reason, nothing crashes.
