@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "measured" / "results"
 DOCS = (ROOT / "README.md", ROOT / "RESULTS.md")
 HEADLINE_SEEDS = 3
+BASE = "base (zero-shot)"  # a pretrained run's untrained policy (jaxwebrl.main_job.stages.BASE_POLICY)
 MARKER = re.compile(r"(<!-- results:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
 
 
@@ -96,7 +97,9 @@ def record_from_run(workdir: Path, table: str, what: str) -> dict[str, Any]:
     stage_min = {k: round(s[f"{k}_s"] / 60, 1) for k in ("bc", "rl") if s.get(f"{k}_s") is not None}
     if s.get("wall_s") and len(stage_min) == 2:
         stage_min["eval"] = round(s["wall_s"] / 60 - stage_min["bc"] - stage_min["rl"], 1)
-    return {"stage_min": stage_min, "table": table, "what": what, "date": (prov.get("date") or "?")[:10], "commit": prov.get("commit", "?"),
+    held_out = {k: {"mean": v["success_rate"], "ci": _interval(v), "n": v["episodes"]}
+                for k, v in (s.get("held_out_eval") or {}).items()}
+    return {"stage_min": stage_min, **({"held_out": held_out} if held_out else {}), "table": table, "what": what, "date": (prov.get("date") or "?")[:10], "commit": prov.get("commit", "?"),
             "command": prov.get("command", "?"), "schedule": s.get("schedule", "async"), "seeds": [s.get("seed", 0)],
             "load": [load[0][0], load[1][0]] if all(load) else None,
             "wall_min": round(s["wall_s"] / 60, 1) if s.get("wall_s") else None, "policies": policies,
@@ -142,15 +145,30 @@ def _wall(r: dict[str, Any]) -> str:
     return wall + (f" ({stages})" if stages else "")
 
 
+def _start(p: dict[str, Any]) -> str:
+    """The untrained policy's cell: a random init's, or a pretrained model's zero-shot (marked so)."""
+    if BASE in p:
+        return _pct(p[BASE]) + " (base, zero-shot)"
+    return _pct(p.get("random"))
+
+
+def _held_out(r: dict[str, Any]) -> str:
+    h = r.get("held_out") or {}
+    return "; ".join(f"{k}: {_pct(v)}" for k, v in h.items()) or "-"
+
+
 def table(records: list[dict[str, Any]]) -> str:
-    lines = ["| run (record) | date, commit | what | seeds | schedule | random | BC | RL | RL - BC (points) | wall | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """One row per record; a column for the tasks held out of training when any record has them."""
+    held = any(r.get("held_out") for r in records)
+    lines = ["| run (record) | date, commit | what | seeds | schedule | random | BC | RL | RL - BC (points) | wall | load |"
+             + (" held-out tasks |" if held else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if held else "")]
     for r in records:
         p = r["policies"]
         seeds = ", ".join(map(str, r["seeds"]))
         lines.append(f"| `{r['name']}` | {r['date']}, {r['commit']} | {r['what']} | {seeds} | {r['schedule']} | "
-                     f"{_pct(p.get('random'))} | {_pct(p.get('BC'))} | {_pct(p.get('RL'))} | {_diff(r.get('rl_minus_bc'))} | "
-                     f"{_wall(r)} | {_load(r)} |")
+                     f"{_start(p)} | {_pct(p.get('BC'))} | {_pct(p.get('RL'))} | {_diff(r.get('rl_minus_bc'))} | "
+                     f"{_wall(r)} | {_load(r)} |" + (f" {_held_out(r)} |" if held else ""))
     return "\n".join(lines)
 
 

@@ -144,3 +144,25 @@ def test_results_tables_are_written_from_the_records() -> None:
     records = sorted(p.stem for p in (root / "benchmarks" / "measured" / "results").glob("*.json"))
     text = (root / "README.md").read_text() + (root / "RESULTS.md").read_text()
     assert records and all(f"`{name}`" in text for name in records)
+
+
+def test_results_table_shows_a_pretrained_start_and_held_out_tasks() -> None:
+    """A pretrained run's untrained policy is its base model zero-shot, marked so in the start column; its
+    tasks held out of training get their own column (only when some record has them)."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("results_tables", root / "scripts" / "results_tables.py")
+    rt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rt)
+    pct = {"mean": 0.25, "ci": [0.1, 0.5]}
+    scratch = {"name": "a", "date": "d", "commit": "c", "what": "w", "seeds": [0], "schedule": "deterministic",
+               "policies": {"random": {"mean": 0.0}, "BC": pct, "RL": pct}}
+    pretrained = dict(scratch, name="b", policies={"base (zero-shot)": pct, "BC": pct, "RL": pct},
+                      held_out={"BC": {"mean": 0.05, "ci": [0.01, 0.2]}, "RL": pct})
+    rows = rt.table([scratch, pretrained]).splitlines()
+    assert rows[0].endswith("| held-out tasks |") and len(rows) == 4
+    assert "| 0.0% | 25.0% [10.0, 50.0] |" in rows[2] and rows[2].endswith("| - |")
+    assert "| 25.0% [10.0, 50.0] (base, zero-shot) |" in rows[3]
+    assert rows[3].endswith("| BC: 5.0% [1.0, 20.0]; RL: 25.0% [10.0, 50.0] |")
+    assert "held-out" not in rt.table([scratch])
