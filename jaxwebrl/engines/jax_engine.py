@@ -67,6 +67,7 @@ from jaxwebrl.engines.base import (
     WeightsSource,
 )
 from jaxwebrl.engines.jax_programs import (
+    CountedProgram,
     chunk_prefill,
     compile_counts,
     decode,
@@ -81,7 +82,7 @@ from jaxwebrl.engines.jax_programs import (
     resize_cache,
 )
 from jaxwebrl.engines.jax_scheduler import Request, SchedulerEvent, SlotScheduler
-from jaxwebrl.engines.page_pool import PagePool, named
+from jaxwebrl.engines.page_pool import PagePool
 from jaxwebrl.engines.radix_index import RadixIndex
 from jaxwebrl.models import ModelConfig, Params, load_hf, logical_axes
 from jaxwebrl.models import vl
@@ -198,19 +199,19 @@ class JaxEngine(SlotScheduler):
                                   out_shardings=self._cache_shardings)()
         self._uid = next(_ENGINE_IDS)
         if isinstance(cfg, VLConfig):  # one program per (prompt bucket, patch bucket, capacity)
-            self._prefill = jax.jit(named(functools.partial(prefill_vl, cfg, cache_dtype), f"jaxengine{self._uid}_prefill"),
-                                    donate_argnums=(1,))
+            self._prefill = CountedProgram(functools.partial(prefill_vl, cfg, cache_dtype), self._uid, "prefill",
+                                           donate_argnums=(1,))
         else:  # one program per (chunk bucket, context bucket), on a row copied out of the cache and back
-            self._prefill = jax.jit(named(functools.partial(chunk_prefill, cfg), f"jaxengine{self._uid}_prefill"),
-                                    donate_argnums=(1,))
-        self._get_row = jax.jit(named(get_row, f"jaxengine{self._uid}_row"), static_argnums=(2,))
-        self._put_row = jax.jit(named(put_row, f"jaxengine{self._uid}_row"), donate_argnums=(0,))
-        self._resize = jax.jit(named(resize_cache, f"jaxengine{self._uid}_resize"), static_argnums=(1,),
-                               out_shardings=self._cache_shardings)
+            self._prefill = CountedProgram(functools.partial(chunk_prefill, cfg), self._uid, "prefill",
+                                           donate_argnums=(1,))
+        self._get_row = CountedProgram(get_row, self._uid, "row", static_argnums=(2,))
+        self._put_row = CountedProgram(put_row, self._uid, "row", donate_argnums=(0,))
+        self._resize = CountedProgram(resize_cache, self._uid, "resize", static_argnums=(1,),
+                                      out_shardings=self._cache_shardings)
         decode_fn = functools.partial(decode_vl if isinstance(cfg, VLConfig) else decode, cfg)  # one program per capacity
         if self.deterministic:  # slot by slot: a row's numbers do not depend on its slot (jax_programs.decode_by_row)
             decode_fn = functools.partial(decode_by_row, decode_fn)
-        self._decode = jax.jit(named(decode_fn, f"jaxengine{self._uid}_decode"), donate_argnums=(1,))
+        self._decode = CountedProgram(decode_fn, self._uid, "decode", donate_argnums=(1,))
 
         self.page_size = int(page_size)
         if self.deterministic:  # every chunk is one full grid chunk: [k C, (k + 1) C), padded
@@ -226,7 +227,7 @@ class JaxEngine(SlotScheduler):
                 raise ValueError(f"prefix_cache_tokens={tokens} and max_len={self.max_len} must hold at least one "
                                  f"page of page_size={self.page_size} tokens; raise them or set prefix_cache=False")
             self._pool = PagePool(tokens // self.page_size, self.page_size, (L, self.num_slots, K, self.max_len, hd),
-                                  dtype, self._placement, name=f"jaxengine{self._uid}")
+                                  dtype, self._placement, owner=self._uid)
             self._index = RadixIndex(self._pool.num_pages, self.page_size)
         self._init_scheduler()
 

@@ -1,13 +1,14 @@
 """The JaxEngine's device programs, as pure functions of the model config (the engine jits each once per
-engine under a name of its own): a prefill chunk into one slot's row, a whole VL prefill, one decode step for
-every slot, and the row copies and resizes of the per-layer slot cache; plus the bucket sizes that keep the
-programs few, and the count of their compilations (from JAX's own compile events).
+engine, `CountedProgram`): a prefill chunk into one slot's row, a whole VL prefill, one decode step for every
+slot, and the row copies and resizes of the per-layer slot cache; plus the bucket sizes that keep the
+programs few, and the count of their compilations per engine (from JAX's own compile events).
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any
+import threading
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -18,20 +19,48 @@ from jaxwebrl.models import vl
 from jaxwebrl.models.decoder import hidden_states, init_layer_cache, lm_head
 from jaxwebrl.models.vl_config import VLConfig
 
-_COMPILES: collections.Counter[str] = collections.Counter()
+_COMPILES: collections.Counter[tuple[int, str]] = collections.Counter()
+_CALLING = threading.local()  # (owner, kind) of the CountedProgram this thread is calling, if any
 
 
 def _count_compile(name: str, duration: float, **kwargs: Any) -> None:
-    if name == "/jax/core/compile/backend_compile_duration":
-        _COMPILES[str(kwargs.get("fun_name", ""))] += 1
+    if name == "/jax/core/compile/backend_compile_duration":  # fired in the thread that called the program
+        program = getattr(_CALLING, "program", None)
+        if program is not None:
+            _COMPILES[program] += 1
 
 
 jax.monitoring.register_event_duration_secs_listener(_count_compile)
 
 
-def compile_counts(uid: int, kinds: tuple[str, ...]) -> dict[str, int]:
-    """Compilations so far of engine `uid`'s programs of each kind (named `jaxengine<uid>_<kind>`)."""
-    return {kind: _COMPILES[f"jit(jaxengine{uid}_{kind})"] for kind in kinds}
+class CountedProgram:
+    """`jax.jit(fn)` whose compilations are counted for its owner (an engine, a page pool) and kind.
+
+    The program's name is the kind alone (`jaxengine_<kind>`), the same for every engine: JAX's compilation
+    cache on disk keys a program by its IR, names included, so a second engine of the same model (the next
+    policy a run evaluates, the next test) loads what the first compiled instead of compiling it again. The
+    count comes from the compile events fired while this program is being called on this thread."""
+
+    def __init__(self, fn: Callable[..., Any], owner: int, kind: str, **jit_kwargs: Any) -> None:
+        def program(*args: Any) -> Any:
+            return fn(*args)
+
+        program.__name__ = program.__qualname__ = f"jaxengine_{kind}"
+        self.key = (owner, kind)
+        self._jitted = jax.jit(program, **jit_kwargs)
+
+    def __call__(self, *args: Any) -> Any:
+        outer = getattr(_CALLING, "program", None)
+        _CALLING.program = self.key
+        try:
+            return self._jitted(*args)
+        finally:
+            _CALLING.program = outer
+
+
+def compile_counts(owner: int, kinds: tuple[str, ...]) -> dict[str, int]:
+    """Compilations so far of owner `owner`'s programs of each kind (disk-cache hits are not compilations)."""
+    return {kind: _COMPILES[(owner, kind)] for kind in kinds}
 
 
 def patch_bucket(n: int, unit: int, min_bucket: int = 64) -> int:

@@ -21,13 +21,14 @@ positions on one CPU thread, once per prompt and once per finished request.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxwebrl.engines.jax_programs import CountedProgram
 from jaxwebrl.models.decoder import cache_length
 from jaxwebrl.sharding import tree_shardings
 
@@ -65,24 +66,14 @@ def _load(cache: dict[str, jax.Array], pool: KVPages, slot: jax.Array, pages: ja
     return out
 
 
-def named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """`fn` under a unique name, so JAX's compile events say which engine's program compiled."""
-
-    def wrapper(*args: Any) -> Any:
-        return fn(*args)
-
-    wrapper.__name__ = wrapper.__qualname__ = name
-    return wrapper
-
-
 class PagePool:
     """Pages of keys and values on the devices, and the two copy programs; see the module doc."""
 
     def __init__(self, num_pages: int, page_size: int, cache_shape: tuple[int, ...], dtype: Any,
-                 placement: Mesh | jax.sharding.Sharding, name: str = "pool") -> None:
+                 placement: Mesh | jax.sharding.Sharding, owner: int = -1) -> None:
         """`cache_shape`: the slot cache's [layers, slots, kv_heads, max_len, head_dim]; `placement`: where the
         engine keeps that cache, a mesh (pages replicated, kv heads split as the rules table says) or the one
-        device's sharding."""
+        device's sharding; `owner`: whose compile counts the copy programs add to (the engine's id)."""
         L, _, K, max_len, hd = cache_shape
         if max_len < page_size:
             raise ValueError(f"page_size={page_size} exceeds the cache length {max_len}")
@@ -96,8 +87,8 @@ class PagePool:
         with self._mesh_ctx():
             self.arrays: KVPages = jax.jit(lambda: {n: jnp.zeros(shape, dtype) for n in ("k", "v")},
                                            out_shardings={"k": sharding, "v": sharding})()
-        self._store = jax.jit(named(_store, f"{name}_store"), donate_argnums=(0,))
-        self._load = jax.jit(named(_load, f"{name}_load"), donate_argnums=(0,))
+        self._store = CountedProgram(_store, owner, "store", donate_argnums=(0,))
+        self._load = CountedProgram(_load, owner, "load", donate_argnums=(0,))
 
     def _mesh_ctx(self) -> contextlib.AbstractContextManager[Any]:
         return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
