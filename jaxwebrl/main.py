@@ -89,9 +89,23 @@ _CONFIG = config_flags.DEFINE_config_file("config", os.path.join(_CONFIGS, "sft_
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Lower and compile the train step against abstract params; print memory and FLOPs.")
 
 
+COMPILATION_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "jaxwebrl", "xla")
+COMPILATION_CACHE_BYTES = 4 << 30  # least recently used programs go first past this
+
+
+def use_compilation_cache() -> None:
+    """Keep what a run compiles in JAX's compilation cache on disk: every policy the main job evaluates gets
+    an engine of its own with the same programs (SmolLM2: about 30 s of compiling each), and a resumed or
+    repeated run compiles nothing it compiled before. `JAX_COMPILATION_CACHE_DIR` set (empty: off) wins."""
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        jax.config.update("jax_compilation_cache_dir", COMPILATION_CACHE)
+        jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_BYTES)
+
+
 def _main(argv: list[str]) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+    use_compilation_cache()
     config = _CONFIG.value
     if _DRY_RUN.value:  # ahead-of-time compile on this process's devices: no cluster needed
         from jaxwebrl.train.dry_run import dry_run, format_report

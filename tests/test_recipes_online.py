@@ -167,23 +167,27 @@ def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
 
 def test_sft_from_the_demonstrations_a_run_wrote(quick_run, tmp_path):
     """The offline SFT path of a paper config (WebAgent-R1 stage 1) from the command line, on the demonstration
-    file the main job's scripted solvers wrote in real Chromium."""
+    file the main job's scripted solvers wrote in real Chromium. With no JAX_COMPILATION_CACHE_DIR set, the run
+    keeps its programs in ~/.cache/jaxwebrl/xla (jaxwebrl.main.use_compilation_cache)."""
     import subprocess
     import sys
 
     cfg, _ = quick_run
     work = Path(cfg.workdir)
     out = tmp_path / "sft"
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     proc = subprocess.run(
         [sys.executable, "-m", "jaxwebrl", "--config", str(ROOT / "configs" / "sft_webagent_r1.py"),
          f"--config.workdir={out}", f"--config.data.train_files={work / 'demonstrations.jsonl'}",
          f"--config.model.path={work / 'policy_init'}", "--config.model.dtype=float32", "--config.model.remat=false",
          "--config.train.steps=3", "--config.train.seq_len=1024", "--config.train.micro_batch=4",
          "--config.train.accum_steps=1", "--config.train.logits_chunk=0", "--config.log.progress=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(env, JAX_PLATFORMS="cpu", HOME=str(home)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads(proc.stdout.split("FINAL_METRICS ", 1)[1].splitlines()[0])
     assert metrics["train/tokens_per_s"] > 0 and math.isfinite(metrics["train/loss"])
+    assert any(p.name.startswith("jit_") for p in (home / ".cache" / "jaxwebrl" / "xla").iterdir())
     init = load_file(str(work / "policy_init" / "model.safetensors"))
     trained = load_file(str(out / "hf" / "step_3" / "model.safetensors"))
     assert any(not np.array_equal(init[k], trained[k]) for k in init)
