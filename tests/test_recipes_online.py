@@ -323,8 +323,8 @@ def _rl_only(cfg, work: Path, **changes):
 
 def test_same_seed_same_run_under_load_and_another_seed_differs(quick_run, tmp_path):
     """The quick main job again from scratch (a new process: demonstrations, tokenizer, BC, RL, evaluation)
-    with two CPU-bound processes of its own beside it: every rollout token, logprob bit, reward and termination,
-    every training metric, both exported policies and the report's outcomes equal the fixture run's. The RL
+    with a CPU-bound process of its own beside it (half of a 2-core machine; two made this test 231 s of the
+    suite's 5,130): every rollout token, logprob bit, reward and termination, every training metric, both exported policies and the report's outcomes equal the fixture run's. The RL
     stage with seed 1 instead of 0, from the same BC, plays other groups and ends on other weights."""
     import subprocess
     import sys
@@ -333,13 +333,13 @@ def test_same_seed_same_run_under_load_and_another_seed_differs(quick_run, tmp_p
     first = Path(cfg.workdir)
     assert cfg.rl.schedule == "deterministic" and summary["schedule"] == "deterministic"
     again = tmp_path / "again"
-    busy = _busy_loops(2)
+    busy = _busy_loops(1)
     try:
         proc = subprocess.run(
             [sys.executable, str(ROOT / "scripts" / "train.py"), "--config", str(ROOT / "configs" / "grpo_local.py"),
              "--config.quick=true", f"--config.workdir={again}", "--config.log.progress=false"],
             cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=1800)
-        assert [b.poll() for b in busy] == [None, None]  # both loops ran the whole time
+        assert [b.poll() for b in busy] == [None]  # the loop ran the whole time
     finally:
         for b in busy:
             b.kill()
