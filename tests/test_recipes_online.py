@@ -324,8 +324,9 @@ def _rl_only(cfg, work: Path, **changes):
 def test_same_seed_same_run_under_load_and_another_seed_differs(quick_run, tmp_path):
     """The quick main job again from scratch (a new process: demonstrations, tokenizer, BC, RL, evaluation)
     with a CPU-bound process of its own beside it (half of a 2-core machine; two made this test 231 s of the
-    suite's 5,130): every rollout token, logprob bit, reward and termination, every training metric, both exported policies and the report's outcomes equal the fixture run's. The RL
-    stage with seed 1 instead of 0, from the same BC, plays other groups and ends on other weights."""
+    suite's 5,130): every rollout token, logprob bit, reward and termination, every training metric, both
+    exported policies and the report's outcomes equal the fixture run's. The RL stage with seed 1 instead of 0,
+    from the same BC, plays other groups and ends on other weights."""
     import subprocess
     import sys
 
