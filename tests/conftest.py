@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 import process_leaks
-from slow_tests import mark_slow
+from slow_tests import leave_out_extended, mark_slow
 
 # The suite compiles hundreds of small programs and runs most a few times, so compiling is much of its CPU
 # time: XLA's CPU backend at optimisation level 0 (LLVM codegen only: the HLO passes are the default's, values
@@ -43,6 +43,8 @@ LEAKS = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser) -> None:
+    parser.addoption("--extended", action="store_true", default=False,
+                     help="also run the extended tier of whole-run tests (tests/slow_tests.py EXTENDED_TESTS)")
     parser.addoption("--local-variant", action="append", default=None,
                      help="paper config(s) whose local variant tests/test_recipes_local.py runs (default: grpo_openwebrl)")
 
@@ -106,9 +108,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             terminalreporter.line(f"  {p}")
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "extended: a whole-run test left out unless --extended (tests/slow_tests.py)")
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they see the marker
 def pytest_collection_modifyitems(config, items) -> None:
     mark_slow(items)
+    leave_out_extended(config, items)
 
 
 def pytest_generate_tests(metafunc) -> None:
