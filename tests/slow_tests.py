@@ -91,14 +91,19 @@ EXTENDED_TESTS = (
 )
 
 
+def _function_id(item: pytest.Item) -> str:
+    """`path::function` of a test case (its parameters dropped), as the lists above name it."""
+    path, _, rest = item.nodeid.partition("::")
+    return f"{path}::{rest.split('[')[0]}"
+
+
 def leave_out_extended(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the extended tier `extended` and deselect it unless `--extended` (or a -m expression naming it)
     asks for it."""
     wanted = config.getoption("extended") or "extended" in (config.getoption("markexpr") or "")
     keep, dropped = [], []
     for item in items:
-        path, _, rest = item.nodeid.partition("::")
-        if f"{path}::{rest.split('[')[0]}" in EXTENDED_TESTS:
+        if _function_id(item) in EXTENDED_TESTS:
             item.add_marker(pytest.mark.extended)
             if not wanted:
                 dropped.append(item)
@@ -114,9 +119,9 @@ def mark_slow(items: list[pytest.Item]) -> None:
     cannot rot silently when a test is renamed."""
     modules = {}
     for item in items:
-        path, _, rest = item.nodeid.partition("::")
+        path = item.nodeid.partition("::")[0]
         modules.setdefault(path, getattr(item, "module", None))
-        if path in SLOW_MODULES or f"{path}::{rest.split('[')[0]}" in SLOW_TESTS:
+        if path in SLOW_MODULES or _function_id(item) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
     stale = [t for t in SLOW_TESTS + EXTENDED_TESTS if modules.get(t.split("::")[0]) is not None
              and not hasattr(modules[t.split("::")[0]], t.split("::")[1])]

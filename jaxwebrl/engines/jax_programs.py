@@ -59,7 +59,8 @@ class CountedProgram:
 
 
 def compile_counts(owner: int, kinds: tuple[str, ...]) -> dict[str, int]:
-    """Compilations so far of owner `owner`'s programs of each kind (disk-cache hits are not compilations)."""
+    """Compilations so far of owner `owner`'s programs of each kind. JAX fires the event around its compile-or-
+    load-from-disk step, so a program the disk cache served counts too (tests that count turn the cache off)."""
     return {kind: _COMPILES[(owner, kind)] for kind in kinds}
 
 
