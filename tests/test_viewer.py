@@ -99,7 +99,9 @@ class ScriptedEngine:
         if "hostile" in current and first_turn:
             text = HOSTILE_OUTPUT
         else:
-            bid = re.search(r"\[(\w+)\] button 'Yes'", current).group(1)
+            found = re.search(r"\[(\w+)\] button 'Yes'", current)
+            assert found, f"the scripted policy found no 'Yes' button in the prompt's last turn:\n{current[-3000:]}"
+            bid = found.group(1)
             self.clicked.setdefault(session_id, []).append(bid)
             text = f"click('{bid}')"
         ids = self.tok.encode(text, add_special_tokens=False) + [self.end]
@@ -115,10 +117,13 @@ class ScriptedEngine:
         return None
 
 
-def _free_port() -> int:
+@pytest.fixture(scope="module")
+def down_url():
+    """A loopback url that refuses connections for the whole module: its port stays bound (never listening), so
+    no other server (the pool's own egress ports included) can be given it between now and the episode."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/gone.html"
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +155,12 @@ AGENT = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=3, 
 
 
 @pytest.fixture(scope="module")
-def run(site, tokenizer):
+def run(site, down_url, tokenizer):
     """Real episodes: two 'training iterations' through run_episode and one evaluation through
     evaluation.evaluate (hostile page, a task the scripted policy solves, one it fails, one whose page is down)."""
     tasks = [ButtonTask("hostile", f"{site}/hostile.html", "Yes"), ButtonTask("plain-yes", f"{site}/plain.html", "Yes"),
              ButtonTask("plain-no", f"{site}/plain.html", "No"),
-             ButtonTask("down", f"http://127.0.0.1:{_free_port()}/gone.html", "Yes")]
+             ButtonTask("down", down_url, "Yes")]
     env = EnvConfig(action_space="bid", obs=ObsConfig(text_mode="axtree", text_budget_chars=2000),
                     step_timeout_s=20.0)
     shot_env = EnvConfig(action_space="bid", obs=ObsConfig(text_mode="axtree", screenshot=True), step_timeout_s=20.0)
