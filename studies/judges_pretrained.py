@@ -79,7 +79,7 @@ def rate(k: int, n: int) -> str:
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     n = len(rows)
-    ok = [r for r in rows if r["judge"] is not None]
+    ok = [r for r in rows if r["verdict"] is not None]
     errors = n - len(ok)
     rule_pos = [r for r in ok if r["rule"]]
     rule_neg = [r for r in ok if not r["rule"]]
@@ -87,11 +87,11 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {
         "episodes (rule successes)": f"{n} ({all_pos})",
         "judge errors (no verdict)": rate(errors, n),
-        "judge says SUCCESS": rate(sum(r["judge"] for r in ok), len(ok)),
-        "agreement (judged)": rate(sum(r["judge"] == r["rule"] for r in ok), len(ok)),
-        "agreement, errors as wrong": rate(sum(r["judge"] == r["rule"] for r in ok), n),
-        "false-positive rate (SUCCESS | rule failure)": rate(sum(r["judge"] for r in rule_neg), len(rule_neg)),
-        "false-negative rate (NOT SUCCESS | rule success)": rate(sum(not r["judge"] for r in rule_pos), len(rule_pos)),
+        "judge says SUCCESS": rate(sum(r["verdict"] for r in ok), len(ok)),
+        "agreement (judged)": rate(sum(r["verdict"] == r["rule"] for r in ok), len(ok)),
+        "agreement, errors as wrong": rate(sum(r["verdict"] == r["rule"] for r in ok), n),
+        "false-positive rate (SUCCESS | rule failure)": rate(sum(r["verdict"] for r in rule_neg), len(rule_neg)),
+        "false-negative rate (NOT SUCCESS | rule success)": rate(sum(not r["verdict"] for r in rule_pos), len(rule_pos)),
         "always SUCCESS would agree": rate(all_pos, n),
         "always NOT SUCCESS would agree": rate(n - all_pos, n),
     }
@@ -122,7 +122,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for (source, t), v in zip(episodes, verdicts):
                 rows.append({"source": source, "task_id": t.task_id, "seed": (t.metadata or {}).get("seed"),
                              "rule": bool((t.metadata or {}).get("success")),
-                             "judge": None if v.error else bool(v.score >= 0.5), "label": v.label,
+                             "verdict": None if v.error else bool(v.score >= 0.5), "label": v.label,
                              "error": v.error_detail[:200] if v.error else "",
                              "calls": [{"purpose": c.purpose, "text": c.text} for c in v.calls]})
             results[kind] = rows
@@ -137,7 +137,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 f.write(json.dumps({"judge": kind, **r}) + "\n")
     tables = {kind: summary(rows) for kind, rows in results.items()}
     keys = list(next(iter(tables.values())))
-    md = [f"# {Path(model).name} zero-shot as the papers' judges, against the rule evaluator", "",
+    name = Path(args.model).name if args.model else "SmolLM2-135M-Instruct"
+    md = [f"# {name} zero-shot as the papers' judges, against the rule evaluator", "",
           f"Judge model: `{model}`; episodes: {', '.join(args.episodes)} (page-ended episodes, up to {args.per_file} "
           f"per file, seed {args.seed}); greedy, max_new_tokens {args.max_new_tokens}. Final answer shown: "
           f"{NO_ANSWER!r}; WebGym rubric: one fact, {rubric_fact('<the task>')!r}.", "",
