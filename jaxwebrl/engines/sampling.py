@@ -48,7 +48,7 @@ def sample(
     temp = jnp.where(greedy, 1.0, jnp.maximum(temperature, _MIN_TEMPERATURE))
     scaled = logits / temp[:, None]
     # an all-greedy step (evaluation, greedy requests) skips the filter's sort and the draw's Gumbel noise over
-    # the vocabulary (12 ms of a SmolLM2 decode step of 8 rows); a row's key is a function of its seed and
+    # the vocabulary (`sample` on 8 x 49,152 logits: about 20 ms -> 4 ms, loaded CPU); a row's key is a function of its seed and
     # token count, so skipping a draw changes no later one
     all_greedy = jnp.all(greedy)
     needs_filter = jnp.any(((top_k > 0) & (top_k < logits.shape[-1])) | (top_p < 1.0)) & ~all_greedy
