@@ -611,3 +611,31 @@ def test_gguf_without_tokenizer_metadata_loads_params_but_does_not_convert(tiny_
     with pytest.raises(CheckpointError, match=r"cannot build a tokenizer from the GGUF metadata \(tokenizer\.ggml\.model=None\)"):
         convert_gguf(path, tmp_path / "hf")
     assert not (tmp_path / "hf").exists() and list(tmp_path.iterdir()) == [path]
+
+
+def test_processes_fetching_at_once_wait_for_one_conversion(smollm2, tmp_path):
+    """Two runs (or test workers) starting on a fresh cache at the same time: one converts, the other waits on
+    the cache's lock and then returns the same finished directory (without the lock they delete and rename
+    each other's files). The test holds the lock until both have said they wait, so they do overlap."""
+    import os
+    import subprocess
+    import sys
+
+    from filelock import FileLock
+
+    home = tmp_path / "cache" / "pretrained" / "smollm2"
+    home.mkdir(parents=True)
+    env = dict(os.environ, JAXWEBRL_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(Path(__file__).parents[1]))
+    cmd = [sys.executable, "-m", "jaxwebrl.models.pretrained", "smollm2", "--gguf", str(smollm2["gguf"])]
+    with FileLock(home / ".lock"):
+        procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        for p in procs:  # an event, not a sleep: each says so once it finds the lock held
+            lines = iter(p.stderr.readline, "")
+            assert any("waiting for another process" in line for line in lines), "the fetch did not wait"
+    outs = [(p.communicate(timeout=600), p.returncode) for p in procs]
+    assert [rc for _, rc in outs] == [0, 0], outs
+    assert {out.strip() for (out, _), _ in outs} == {str(home / "hf")}
+    said = "".join(err for (_, err), _ in outs)
+    assert said.count("converting") == 1 and said.count("copying") == 1, said
+    assert (home / "hf" / "config.json").is_file() and not list(home.glob(".hf.*"))

