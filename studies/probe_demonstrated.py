@@ -13,6 +13,10 @@ policy that does not read the page answers each task's frequent ids whatever the
     python studies/probe_demonstrated.py --policy runs/grpo_local/bc/hf --policy runs/grpo_local/rl/hf
     python studies/probe_demonstrated.py --policy runs/grpo_local/rl/checkpoints --seeds 20 --json probe.json
 
+`--free` also decodes each first turn greedily from its prompt alone (JaxEngine) and counts the answers that
+act on the goal's element: the number to compare across response formats, since teacher forcing hands a
+policy that names its target first the right name.
+
 --policy takes a HuggingFace directory or a run's Orbax checkpoint directory (its latest step is exported
 beside it); the paired table compares each policy with the ones before it on the same demonstrations.
 """
@@ -40,6 +44,9 @@ _SEEDS = flags.DEFINE_integer("seeds", 20, "Held-out (test) seeds per demonstrat
 _CACHE = flags.DEFINE_string("cache", None, "Demonstrations cache (default: probe_demonstrations_<seeds>.pkl "
                              "beside the first policy).")
 _JSON = flags.DEFINE_string("json", None, "Also write the per-policy results here.")
+_FREE = flags.DEFINE_bool("free", False, "Also decode each first turn greedily from its prompt alone (JaxEngine) "
+                          "and say which element the answer acts on: teacher forcing gives a policy its own "
+                          "earlier tokens right, which flatters a response that names its target first.")
 _BATCH = 8
 ID = re.compile(r"\('(\d+)'")
 
@@ -130,6 +137,84 @@ def score(demos: Sequence[Any], policy: str, agent: Any) -> dict[str, Any]:
     return episodes
 
 
+RATIONALE = re.compile(r"<think>(\S+) '(.*)' \[(\d+)\]</think>\w+\('(\d+)'")
+COPIES = ("role", "name", "think id", "action id")
+
+
+def copies(demos: Sequence[Any], policy: str, episodes: dict[str, dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """With `bc.rationale` (`<think>button 'No' [12]</think>click('12')`): per part of the first response, the
+    turns whose greedy tokens are all right given the right tokens before them. The name is a copy from the
+    goal, the think's id a lookup of that name on the page, the action's id a copy from the think."""
+    from jaxwebrl.models import load_tokenizer
+
+    tok = load_tokenizer(policy)
+    counts = {c: [0, 0] for c in COPIES}
+    for d in demos:
+        truth = d.steps[0].response_text
+        m = RATIONALE.match(truth)
+        if m is None:
+            continue
+        enc = tok(truth, add_special_tokens=False, return_offsets_mapping=True)
+        answer = episodes[f"{d.task_id}@{d.seed}"]["answers"][0]
+        for k, part in enumerate(COPIES, start=1):
+            a, b = m.span(k)
+            if a == b:  # an element without a name
+                continue
+            pos = [i for i, (s, t) in enumerate(enc["offset_mapping"]) if s < b and t > a]
+            counts[part][0] += all(i < len(answer) and answer[i] == enc["input_ids"][i] for i in pos)
+            counts[part][1] += 1
+    return {c: (k, n) for c, (k, n) in counts.items()}
+
+
+def free_running(demos: Sequence[Any], policy: str, agent: Any) -> dict[str, dict[str, Any]]:
+    """Per demonstration, the first turn decoded greedily by the JaxEngine from the prompt alone: the text, and
+    whether the element it acts on has the goal element's role and name (any of click-button's duplicates)."""
+    from jaxwebrl.demos.collect import render_demonstrations
+    from jaxwebrl.engines.base import SamplingParams
+    from jaxwebrl.engines.jax_engine import JaxEngine
+    from jaxwebrl.models import load_tokenizer
+
+    tok = load_tokenizer(policy)
+    trajs = render_demonstrations(demos, tok, agent)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=agent.max_new_tokens)
+
+    async def decode() -> list[Any]:
+        engine = JaxEngine.from_checkpoint(policy, num_slots=_BATCH, max_len=agent.max_context_tokens + agent.max_new_tokens)
+        try:
+            return await asyncio.gather(*(engine.generate(t.turns[0].prompt_ids, greedy) for t in trajs))
+        finally:
+            await engine.close()
+
+    out: dict[str, dict[str, Any]] = {}
+    for d, gen in zip(demos, asyncio.run(decode())):
+        text = tok.decode(gen.token_ids, skip_special_tokens=True)
+        elements = {str(el.id): el for el in d.steps[0].observation.elements}
+        want, m = ID.search(d.steps[0].action), ID.search(text)
+        target, got = (elements.get(want.group(1)) if want else None), (elements.get(m.group(1)) if m else None)
+        right = bool(got and target and got.role == target.role and (got.name or got.text) == (target.name or target.text))
+        out[f"{d.task_id}@{d.seed}"] = {"task": d.task_id, "text": text, "tokens": list(gen.token_ids),
+                                         "right_element": right}
+    return out
+
+
+def free_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Per task and policy: first turns whose free-running greedy answer acts on the goal's element."""
+    from jaxwebrl.evaluation.evaluate import wilson_interval
+
+    names = list(results)
+    tasks = sorted({e["task"] for eps in results.values() for e in eps.values()})
+    lines = ["| task | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for t in tasks + ["all"]:
+        cells = []
+        for n in names:
+            es = [e for e in results[n].values() if t in ("all", e["task"])]
+            k = sum(e["right_element"] for e in es)
+            lo, hi = wilson_interval(k, len(es))
+            cells.append(f"{k}/{len(es)}" + (f" ({k / len(es):.1%} [{lo:.1%}, {hi:.1%}])" if t == "all" else ""))
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def report(episodes: dict[str, dict[str, Any]]) -> Any:
     """An EvalReport of 'every turn right' per (task, seed), for the run report's tables and pairing."""
     from jaxwebrl.evaluation.evaluate import EvalReport
@@ -186,8 +271,21 @@ def main(argv: list[str]) -> None:
     print(paired_table(reports))
     for name, eps in results.items():
         print(details(name, eps))
+        parts = copies(demos, policies[name], eps)
+        if any(n for _, n in parts.values()):
+            print(f"  {name} teacher-forced copies (all tokens right given the ones before): "
+                  + ", ".join(f"{c} {k}/{n}" for c, (k, n) in parts.items()))
+    free = {}
+    if _FREE.value:
+        free = {name: free_running(demos, path, run.agent) for name, path in policies.items()}
+        print("free-running greedy first turns: the answer acts on the goal's element (same role and name)")
+        print(free_table(free))
+        for name, eps in free.items():
+            for key, e in list(eps.items())[::10]:
+                print(f"  {name} {key}: {e['text']!r}")
     if _JSON.value:
-        Path(_JSON.value).write_text(json.dumps(results, indent=1))
+        Path(_JSON.value).write_text(json.dumps({"teacher_forced": results, "free_running": free} if free else results,
+                                                indent=1))
 
 
 if __name__ == "__main__":

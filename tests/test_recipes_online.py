@@ -216,7 +216,7 @@ def test_eval_script_evaluates_hf_and_orbax_checkpoints(quick_run, tmp_path):
 def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
     """studies/probe_demonstrated.py against an independent path: the JaxEngine's greedy generation on each
     demonstration prompt writes the probe's first answer token, and the demonstrated response exactly when
-    the probe passes the turn."""
+    the probe passes the turn; `--free`'s own decode of each first turn starts with the same token."""
     import asyncio
     import pickle
     import subprocess
@@ -232,11 +232,14 @@ def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
     cache, out = tmp_path / "demos.pkl", tmp_path / "probe.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "studies" / "probe_demonstrated.py"), "--policy", str(bc), "--seeds", "2",
-         "--cache", str(cache), "--json", str(out), "--config.quick=true", "--config.env.contexts_per_browser=4"],
+         "--cache", str(cache), "--json", str(out), "--config.quick=true", "--config.env.contexts_per_browser=4",
+         "--free"],
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| task | bc/hf |" in proc.stdout and "first action right" in proc.stdout  # named <parent>/hf
-    episodes = json.loads(out.read_text())["bc/hf"]
+    assert "free-running greedy first turns" in proc.stdout
+    written_json = json.loads(out.read_text())
+    episodes, free = written_json["teacher_forced"]["bc/hf"], written_json["free_running"]["bc/hf"]
     demos = pickle.loads(cache.read_bytes())
     assert len(demos) == 4 and set(episodes) == {f"{d.task_id}@{d.seed}" for d in demos}  # 2 tasks x 2 test seeds
     tok = load_tokenizer(bc)
@@ -259,6 +262,8 @@ def test_probe_script_scores_what_greedy_decoding_writes(quick_run, tmp_path):
         for k, turn in enumerate(tr.turns):
             ids = next(written)
             assert ids[0] == e["answers"][k][0]
+            if k == 0:  # later tokens may differ: decode's shapes follow the other requests in flight
+                assert free[f"{d.task_id}@{d.seed}"]["tokens"][0] == ids[0]
             assert (ids == list(turn.response_ids)) == e["turns"][k], (d.task_id, d.seed, k)
             compared += 1
         assert e["every"] == all(e["turns"])
