@@ -127,14 +127,20 @@ def score(demos: Sequence[Any], policy: str, agent: Any) -> dict[str, Any]:
         e["turns"].append(ok)
         e["answers"].append(answer)
         if k == 0:
-            elements = {str(el.id): el for el in d.steps[0].observation.elements}
-            want, m = ID.search(d.steps[0].action), ID.search(tok.decode(answer))
-            target = elements.get(want.group(1)) if want else None
-            got = elements.get(m.group(1)) if m else None
-            same_role = bool(got and target and got.role == target.role)
-            e.update(first=ok, id=m.group(1) if m else "?", same_role=same_role,
-                     same_element=same_role and (got.name or got.text) == (target.name or target.text))
+            e.update(first=ok, **points_at(d, tok.decode(answer)))
     return episodes
+
+
+def points_at(demo: Any, text: str) -> dict[str, Any]:
+    """Where a first answer `text` points on the demonstration's first page: the id it names, and whether that
+    element has the goal element's role, and its name too (any of click-button's duplicates)."""
+    elements = {str(el.id): el for el in demo.steps[0].observation.elements}
+    want, m = ID.search(demo.steps[0].action), ID.search(text)
+    target = elements.get(want.group(1)) if want else None
+    got = elements.get(m.group(1)) if m else None
+    same_role = bool(got and target and got.role == target.role)
+    return {"id": m.group(1) if m else "?", "same_role": same_role,
+            "same_element": same_role and (got.name or got.text) == (target.name or target.text)}
 
 
 RATIONALE = re.compile(r"<think>(\S+) '(.*)' \[(\d+)\]</think>\w+\('(\d+)'")
@@ -188,43 +194,22 @@ def free_running(demos: Sequence[Any], policy: str, agent: Any) -> dict[str, dic
     out: dict[str, dict[str, Any]] = {}
     for d, gen in zip(demos, asyncio.run(decode())):
         text = tok.decode(gen.token_ids, skip_special_tokens=True)
-        elements = {str(el.id): el for el in d.steps[0].observation.elements}
-        want, m = ID.search(d.steps[0].action), ID.search(text)
-        target, got = (elements.get(want.group(1)) if want else None), (elements.get(m.group(1)) if m else None)
-        right = bool(got and target and got.role == target.role and (got.name or got.text) == (target.name or target.text))
         out[f"{d.task_id}@{d.seed}"] = {"task": d.task_id, "text": text, "tokens": list(gen.token_ids),
-                                         "right_element": right}
+                                         "right_element": points_at(d, text)["same_element"]}
     return out
 
 
-def free_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Per task and policy: first turns whose free-running greedy answer acts on the goal's element."""
-    from jaxwebrl.evaluation.evaluate import wilson_interval
-
-    names = list(results)
-    tasks = sorted({e["task"] for eps in results.values() for e in eps.values()})
-    lines = ["| task | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    for t in tasks + ["all"]:
-        cells = []
-        for n in names:
-            es = [e for e in results[n].values() if t in ("all", e["task"])]
-            k = sum(e["right_element"] for e in es)
-            lo, hi = wilson_interval(k, len(es))
-            cells.append(f"{k}/{len(es)}" + (f" ({k / len(es):.1%} [{lo:.1%}, {hi:.1%}])" if t == "all" else ""))
-        lines.append(f"| {t} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def report(episodes: dict[str, dict[str, Any]]) -> Any:
-    """An EvalReport of 'every turn right' per (task, seed), for the run report's tables and pairing."""
+def report(episodes: dict[str, dict[str, Any]], passed: str = "every") -> Any:
+    """An EvalReport of `passed` ('every turn right', or `--free`'s 'right_element') per (task, seed), for the
+    run report's tables and pairing."""
     from jaxwebrl.evaluation.evaluate import EvalReport
 
     per_task: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for e in episodes.values():
-        per_task[e["task"]][0] += int(e["every"])
+        per_task[e["task"]][0] += int(e[passed])
         per_task[e["task"]][1] += 1
     return EvalReport(per_task={t: (s, n) for t, (s, n) in per_task.items()}, terminations={}, mean_steps=0.0,
-                      outcomes={k: bool(e["every"]) for k, e in episodes.items()})
+                      outcomes={k: bool(e[passed]) for k, e in episodes.items()})
 
 
 def details(name: str, episodes: dict[str, dict[str, Any]]) -> str:
@@ -279,7 +264,9 @@ def main(argv: list[str]) -> None:
     if _FREE.value:
         free = {name: free_running(demos, path, run.agent) for name, path in policies.items()}
         print("free-running greedy first turns: the answer acts on the goal's element (same role and name)")
-        print(free_table(free))
+        free_reports = {name: report(eps, "right_element") for name, eps in free.items()}
+        print(success_table(free_reports))
+        print(paired_table(free_reports))
         for name, eps in free.items():
             for key, e in list(eps.items())[::10]:
                 print(f"  {name} {key}: {e['text']!r}")
