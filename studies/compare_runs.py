@@ -9,7 +9,8 @@ playing anything again.
         --demonstrated click-button,click-link,click-option,click-tab,click-checkboxes,focus-text
 
 Each `--policy NAME=FILE:KEY` is one policy's evaluation in a run's eval.json (or eval_held_out.json, or
-scripts/eval.py's report JSON): its outcome per (task, seed) episode. Only the episodes every policy played are
+scripts/eval.py's report JSON): its outcome per (task, seed) episode; `FILE:KEY+FILE:KEY` joins evaluations of
+one policy on different tasks. Only the episodes every policy played are
 kept (a run with 20 test seeds per task and one with 10 share the first 10, since test seeds are drawn in
 order), so the success rates, their 95% Wilson intervals and the paired differences (exact McNemar test) are
 on identical episodes. `--demonstrated` adds the paired differences on those tasks and on the others.
@@ -27,15 +28,23 @@ from jaxwebrl.evaluation.report import paired_table, success_table
 
 
 def load(spec: str) -> tuple[str, dict[str, bool]]:
-    """NAME=FILE:KEY -> (NAME, that policy's outcomes)."""
+    """NAME=FILE:KEY[+FILE:KEY...] -> (NAME, that policy's outcomes). Several parts join one policy's
+    evaluations of different tasks (e.g. scripts/eval.py run on two task lists); an episode two parts both
+    played must have the same outcome in each."""
     name, _, rest = spec.partition("=")
-    path, _, key = rest.rpartition(":")
-    if not name or not path or not key:
-        raise SystemExit(f"--policy {spec!r}: expected NAME=FILE:KEY, e.g. 'RL=runs/x/eval.json:RL'")
-    data: dict[str, Any] = json.loads(Path(path).read_text())
-    if key not in data:
-        raise SystemExit(f"--policy {spec!r}: {path} has policies {sorted(data)}, not {key!r}")
-    return name, {k: bool(v) for k, v in data[key]["outcomes"].items()}
+    outcomes: dict[str, bool] = {}
+    for part in rest.split("+"):
+        path, _, key = part.rpartition(":")
+        if not name or not path or not key:
+            raise SystemExit(f"--policy {spec!r}: expected NAME=FILE:KEY[+FILE:KEY...], e.g. 'RL=runs/x/eval.json:RL'")
+        data: dict[str, Any] = json.loads(Path(path).read_text())
+        if key not in data:
+            raise SystemExit(f"--policy {spec!r}: {path} has policies {sorted(data)}, not {key!r}")
+        for episode, ok in data[key]["outcomes"].items():
+            if outcomes.get(episode, bool(ok)) != bool(ok):
+                raise SystemExit(f"--policy {spec!r}: episode {episode} has different outcomes in its parts")
+            outcomes[episode] = bool(ok)
+    return name, outcomes
 
 
 def report(outcomes: dict[str, bool]) -> EvalReport:
