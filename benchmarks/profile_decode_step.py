@@ -11,8 +11,8 @@ shapes. bench_engine.py says how fast the engine is on a workload; this says wha
 Each row decodes at position capacity - 100 (its cache holds that many earlier entries); greedy, fp32. On CPU
 `ynn_fusion` is XLA's matmul (YNNPACK, with what it fuses), `dot` the matmuls it leaves to its own emitter.
 `--xla-option` compiles the decode program with that XLA option (jax.jit's compiler_options) beside the default
-one, both timed in alternation. The step times are minima and medians over --steps calls alternated by
-benchmarks/interleave.py, so the machine's load (printed) moves all sides alike; read the ratios, not the absolute times, on a shared machine.
+one. The step times are minima and medians over --steps calls alternated by benchmarks/interleave.py, so
+the machine's load (printed) moves all sides alike; on a shared machine read the ratios, not the times.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checkpoint_arg import resolve_checkpoint  # noqa: E402
-from interleave import alternate, timed  # noqa: E402
+from interleave import alternate, summary, timed  # noqa: E402
 from profile_train_step import op_times  # noqa: E402
 
 from jaxwebrl.engines.jax_programs import decode  # noqa: E402
@@ -62,14 +62,14 @@ def step_fn(cfg: Any, params: Any, rows: int, capacity: int,
                jnp.zeros((rows,), jnp.uint32), jnp.zeros((rows,), jnp.int32), jnp.ones((rows,), jnp.float32),
                jnp.zeros((rows,), jnp.int32), jnp.ones((rows,), jnp.float32), jnp.ones((rows,), bool))
     box = [init_layer_cache(cfg, rows, capacity)]
-    text = program.lower(params, box[0], *per_row).compile().as_text()
+    compiled = program.lower(params, box[0], *per_row).compile()  # compiled once: timed, traced and shown
 
     def run() -> jax.Array:
-        box[0], tokens, _ = program(params, box[0], *per_row)
+        box[0], tokens, _ = compiled(params, box[0], *per_row)
         return tokens.block_until_ready()
 
-    run(), run()  # compile; the second call sees the cache as the program returns it
-    return run, text
+    run()
+    return run, compiled.as_text()
 
 
 def torch_step(checkpoint: str, rows: int, past: int, threads: int) -> Callable[[], Any]:
@@ -107,9 +107,9 @@ def ops_of_one_step(run: Callable[[], Any], program_text: str, steps: int, top: 
     path = glob.glob(os.path.join(out, "**", "*.trace.json.gz"), recursive=True)[0]
     single: collections.Counter[str] = collections.Counter()
     for e in json.load(gzip.open(path))["traceEvents"]:
-        if e.get("ph") == "X" and "dur" in e and re.match(r"(ynn_fusion|dot|fusion|.*_fusion)(\.\d+)?$", e["name"]):
+        if e.get("ph") == "X" and "dur" in e and re.match(r"(dot|(.*_)?fusion)(\.\d+)?$", e["name"]):
             single[e["name"]] += e["dur"] / steps
-    print(f"  costliest single ops (HLO shape, first operand):")
+    print("  costliest single ops (HLO shape, first operand):")
     for name, us in single.most_common(top):
         m = re.search(r"%" + re.escape(name) + r" = (\S+) \w+\((%[^,)]+)", program_text)
         print(f"  {us / 1e3:8.2f} ms  {name}  {m.group(1) + ' <- ' + m.group(2) if m else ''}")
@@ -130,10 +130,7 @@ def main() -> None:
     path = resolve_checkpoint(args.checkpoint)
     cfg, params = load_hf(path, dtype="float32", param_dtype="float32")
     params = unstack_layers(params)  # the engine's sampler layout
-    variants: dict[str, dict[str, Any] | None] = {"default": None}
-    for text in args.xla_option:
-        option = parse_option(text)
-        variants[text] = option
+    variants: dict[str, dict[str, Any] | None] = {"default": None, **{t: parse_option(t) for t in args.xla_option}}
     print(f"{cfg.architecture} layers={cfg.num_layers} hidden={cfg.hidden_size} vocab={cfg.vocab_size}, capacity "
           f"{args.capacity}, fp32, CPU x{os.cpu_count()}, loadavg {os.getloadavg()[0]:.1f}")
     for rows in [int(r) for r in args.rows.split(",")]:
@@ -145,7 +142,7 @@ def main() -> None:
         print(f"\nrows {rows}: step time min / median over {args.steps} alternated calls (loadavg "
               f"{os.getloadavg()[0]:.1f}); the ratio is the median of per-call ratios to the default program")
         for name, t in times.items():
-            ratio = np.median([d / x for d, x in zip(times["default"], t)])
+            ratio = summary(times, name, "default")["ratio"]
             print(f"  {name:40s} {min(t) * 1e3:8.1f} / {np.median(t) * 1e3:8.1f} ms   default / this {ratio:.2f}x")
         for name, (run, text) in programs.items():
             print(f"\nrows {rows}, {name}: where the step goes")
