@@ -69,6 +69,27 @@ def sglang_servers_compile_at_xla_default():
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def sglang_servers_compile_lazily():
+    """The sglang-jax servers the tests start compile each program when a request first needs it
+    (`--disable-precompile`), not all eleven of its start-up precompile (prefill at 64-4,096 tokens, decode at 1-8
+    rows), of which the tests' short prompts use a few. The tiny model's server was ready in 62 s instead of 149 s
+    (the same greedy tokens, the first request 4.4 s against 4.8 s; 2026-11-29, loaded machine)."""
+    from jaxwebrl.engines.sglang_server import SGLangServer
+
+    original = SGLangServer.command
+
+    def command(self: SGLangServer) -> list[str]:
+        cmd = original(self)
+        if self.backend == "sgl_jax" and "--disable-precompile" not in cmd:
+            cmd.append("--disable-precompile")
+        return cmd
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SGLangServer, "command", command)
+        yield
+
+
 @pytest.fixture
 def without_compilation_cache():
     """For a test that counts XLA compilations: a program another test already compiled would come from the
