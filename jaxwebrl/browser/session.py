@@ -18,6 +18,13 @@ from jaxwebrl.browser.marking import ID_ATTR, MARK_JS, IdCounter, Snapshot, mark
 from jaxwebrl.browser.safety import Allowlist, dismiss_dialog, install
 
 NAVIGATION_TIMEOUT_S = 30.0  # the least a page load (reset, or a navigation an action starts) may take
+# A wheel is received when the window sees its `wheel` or a `scroll` (capture: an inner scroller's too), or, over
+# an iframe, whose events the window never sees, after 1 s of the page's own timers.
+WHEEL_ARM_JS = """() => { window.__jaxwebrlWheel = new Promise(resolve => {
+  for (const type of ['wheel', 'scroll']) addEventListener(type, resolve, {once: true, capture: true, passive: true});
+  setTimeout(resolve, 1000);
+}); }"""
+WHEEL_SETTLED_JS = "() => window.__jaxwebrlWheel.then(() => new Promise(r => setTimeout(r, 100)))"
 
 
 class InvalidAction(Exception):
@@ -345,6 +352,30 @@ class BrowserSession:
             return float(vp["width"]), float(vp["height"])
         w, h = await self.page.evaluate("() => [window.innerWidth, window.innerHeight]")  # a remote no-viewport page
         return float(w), float(h)
+
+    async def wheel(self, dx: float, dy: float) -> bool:
+        """A mouse-wheel scroll, waited for on the page's own clock; True when the window's scroll position moved.
+
+        `mouse.wheel` returns once the input is sent, not once the page has scrolled. A fixed wait after it
+        (100 ms, as here before) came back before the page had even received the wheel under load, and the
+        observation showed the old position (a scroll reported as "at a boundary"). So the page says when it
+        got the wheel, then 100 ms of its own timers and a frame pass, time for a smooth scroll to end. The
+        wait's safety limit is `action_timeout_s` (counted in `timeouts["wheel"]`)."""
+        before = await self.scroll_position()
+        try:
+            await self.page.evaluate(WHEEL_ARM_JS)
+            armed = True
+        except Exception:  # the page is navigating: nothing to wait for on it
+            armed = False
+        await self.page.mouse.wheel(dx, dy)
+        if armed:
+            try:
+                await asyncio.wait_for(self.page.evaluate(WHEEL_SETTLED_JS), self.config.action_timeout_s)
+            except asyncio.TimeoutError:
+                self.timeouts["wheel"] += 1
+            except Exception:  # the wheel navigated the page away
+                pass
+        return await self.scroll_position() != before
 
     async def scroll_position(self) -> tuple[float, float]:
         try:

@@ -150,25 +150,19 @@ async def scroll(session: BrowserSession, direction: str, fraction: float = 1.0)
     if d not in ("up", "down", "left", "right"):
         raise InvalidAction(f"scroll direction must be up or down, got {direction!r}")
     vp = session.page.viewport_size or {"width": 1280, "height": 720}
-    before = await session.scroll_position()
     dx = {"left": -1, "right": 1}.get(d, 0) * vp["width"] * fraction
     dy = {"up": -1, "down": 1}.get(d, 0) * vp["height"] * fraction
-    await session.page.mouse.wheel(dx, dy)
-    await session.page.wait_for_timeout(100)
-    after = await session.scroll_position()
+    moved = await session.wheel(dx, dy)
     msg = f"Scrolled {d}."
-    if after == before:
+    if not moved:
         msg += " Note: page scroll position did not change and may be at a boundary."
     return msg
 
 
 async def scroll_by(session: BrowserSession, dx: float, dy: float) -> str:
-    before = await session.scroll_position()
-    await session.page.mouse.wheel(dx, dy)
-    await session.page.wait_for_timeout(100)
-    after = await session.scroll_position()
+    moved = await session.wheel(dx, dy)
     msg = f"Scrolled by ({dx:g}, {dy:g})."
-    if after == before:
+    if not moved:
         msg += " Note: page scroll position did not change and may be at a boundary."
     return msg
 

@@ -235,16 +235,13 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
             amt = float(a["amount"])
             frac = amt if amt <= 1 else amt / 100
             pct = f"{frac * 100:g}%"
-            before = await session.scroll_position()
             vw, vh = await session.viewport()
             d = a["direction"].lower()
             dx = {"left": -1, "right": 1}.get(d, 0) * vw * frac
             dy = {"up": -1, "down": 1}.get(d, 0) * vh * frac
-            await page.mouse.wheel(dx, dy)
-            await page.wait_for_timeout(100)
-            after = await session.scroll_position()
+            moved = await session.wheel(dx, dy)
             msg = f"Succeed: 'scroll' {d} by {pct} executed."
-            if after == before:
+            if not moved:
                 msg += " Note: page scroll position did not change and may be at a boundary."
             return ExecResult(msg)
         if n == "goto_url":

@@ -135,13 +135,10 @@ async def execute(session: BrowserSession, action: Action) -> ExecResult:
         if "x" in a:
             px, py = openwebrl.to_css_pixels(a["x"], a["y"], await session.viewport())
             await page.mouse.move(px, py)
-        before = await session.scroll_position()
-        await page.mouse.wheel(0, -a["pixels"])  # Qwen: positive scrolls up
-        await page.wait_for_timeout(100)
-        after = await session.scroll_position()
+        moved = await session.wheel(0, -a["pixels"])  # Qwen: positive scrolls up
         d = "up" if a["pixels"] > 0 else "down"
         msg = f"Succeed: 'scroll' {d} by {abs(a['pixels']):g} pixels executed."
-        if after == before:
+        if not moved:
             msg += " Note: page scroll position did not change and may be at a boundary."
         return ExecResult(msg)
 
