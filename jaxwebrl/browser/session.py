@@ -359,7 +359,7 @@ class BrowserSession:
         `mouse.wheel` returns once the input is sent, not once the page has scrolled. A fixed wait after it
         (100 ms, as here before) came back before the page had even received the wheel under load, and the
         observation showed the old position (a scroll reported as "at a boundary"). So the page says when it
-        got the wheel, then 100 ms of its own timers and a frame pass, time for a smooth scroll to end. The
+        got the wheel, then 100 ms of its own timers pass, time for a smooth scroll to end. The
         wait's safety limit is `action_timeout_s` (counted in `timeouts["wheel"]`)."""
         before = await self.scroll_position()
         try:
