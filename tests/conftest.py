@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 import process_leaks
+from module_order import longest_first
 from slow_tests import leave_out_extended, mark_slow
 
 # The suite compiles hundreds of small programs and runs most a few times, so compiling is much of its CPU
@@ -109,7 +110,11 @@ def without_compilation_cache():
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Fail the session when a process its tests started (a server, a browser, a worker) is still running once
-    every fixture has been torn down; list them, then kill them so the leak ends with the run."""
+    every fixture has been torn down; list them, then kill them so the leak ends with the run. Under xdist each
+    worker checks its own processes; the controller runs no test, and its workers are still its children here
+    (xdist ends them after this hook), so it checks nothing."""
+    if session.config.pluginmanager.getplugin("dsession") is not None:
+        return
     leaked = process_leaks.leftover_processes(os.getpid(), os.environ[process_leaks.MARKER_VAR])
     session.config.stash[LEAKS] = leaked
     if leaked:
@@ -137,6 +142,7 @@ def pytest_configure(config) -> None:
 def pytest_collection_modifyitems(config, items) -> None:
     mark_slow(items)
     leave_out_extended(config, items)
+    longest_first(items)
 
 
 def pytest_generate_tests(metafunc) -> None:
