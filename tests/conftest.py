@@ -41,6 +41,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # inside a test (or an xdist worker) checks its own processes.
 os.environ[process_leaks.MARKER_VAR] = f"{os.getpid()}-{uuid.uuid4().hex}"
 LEAKS = pytest.StashKey[list]()
+LEAKS_OUTPUT = "jaxwebrl_leaked_processes"  # the key a worker reports its leaks under
 
 
 def pytest_addoption(parser) -> None:
@@ -111,16 +112,26 @@ def without_compilation_cache():
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Fail the session when a process its tests started (a server, a browser, a worker) is still running once
     every fixture has been torn down; list them, then kill them so the leak ends with the run. Under xdist each
-    worker checks its own processes; the controller runs no test, and its workers are still its children here
-    (xdist ends them after this hook), so it checks nothing."""
-    if session.config.pluginmanager.getplugin("dsession") is not None:
-        return
-    leaked = process_leaks.leftover_processes(os.getpid(), os.environ[process_leaks.MARKER_VAR])
-    session.config.stash[LEAKS] = leaked
-    if leaked:
-        process_leaks.kill(leaked)
-        if session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    worker checks its own processes and hands what it found to the controller (`workeroutput`, read in
+    `pytest_testnodedown`); the controller runs no test, and its workers are still its children here (xdist
+    ends them after this hook), so it only reports."""
+    config = session.config
+    if config.pluginmanager.getplugin("dsession") is None:
+        leaked = process_leaks.leftover_processes(os.getpid(), os.environ[process_leaks.MARKER_VAR])
+        if leaked:
+            process_leaks.kill(leaked)
+        config.stash[LEAKS] = [str(p) for p in leaked]
+        if hasattr(config, "workeroutput"):  # an xdist worker
+            config.workeroutput[LEAKS_OUTPUT] = config.stash[LEAKS]
+    if config.stash.get(LEAKS, []) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: known only when pytest-xdist is installed
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: a finished worker's leaked processes (it has killed them) are this session's."""
+    leaked = getattr(node, "workeroutput", {}).get(LEAKS_OUTPUT, [])
+    node.config.stash[LEAKS] = node.config.stash.get(LEAKS, []) + [f"{p} (in {node.gateway.id})" for p in leaked]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
