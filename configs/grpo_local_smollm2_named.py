@@ -8,6 +8,10 @@ model already makes: the page lists each id after its element's name (`env.ids_a
 the token that follows the name on the page and then a copy from the think into the action. The system prompt
 says so, with the example in the same line format. Measured: RESULTS.md ("The target named before its id,
 on SmolLM2").
+
+Its BC is three times the base config's: 40 training seeds per demonstrated task (~240 demonstrations) and 90
+steps, since 30 steps on 120 demonstrations left BC the weak stage (29.2% against 49.2% on the same 120 test
+episodes, RESULTS.md "A longer named BC").
 """
 
 import importlib.util
@@ -33,5 +37,7 @@ def get_config():
     c.env.ids_after_names = True
     c.bc.rationale = True
     c.agent.max_new_tokens = 48  # the think is ~10-25 tokens before the action
+    c.bc.demonstration_seeds = 40  # ~240 demonstrations
+    c.bc.steps = 90  # ~1.5 passes at micro-batch 4
     c.quick_overrides.workdir = "runs/grpo_local_smollm2_named_quick"
     return c
