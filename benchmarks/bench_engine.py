@@ -33,7 +33,8 @@ work each side did).
   .venv/bin/python benchmarks/bench_engine.py --checkpoint smollm2 --skip-sglang --workload grpo --groups 2 \
       --group-size 4 --min-prompt 300 --max-prompt 600 --min-ext 32 --max-ext 128 --new-tokens 48 --rounds 3 \
       --max-len 1024 --jax-cache on --torch-threads 1 --jax-warmup   # issue 41's shared-prefix workload
-(run under `taskset -c 0` on a machine other jobs share: one core each side, in turn.)
+(run under `taskset -c 0` on a machine other jobs share: one core each side, in turn.) `--program-times` adds
+where the JaxEngine's time goes, by program kind, each round (`program_times.py`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from jaxwebrl.models.tiny import make_tiny_checkpoint, tiny_config  # noqa: E402
 
 from checkpoint_arg import resolve_checkpoint  # noqa: E402
 from interleave import await_timed, call_timed  # noqa: E402
+from program_times import ProgramTimes, describe, since  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -154,6 +156,7 @@ class JaxRunner(Runner):
                                                 prefill_chunk=args.prefill_chunk, prefill_budget=args.prefill_budget)
         self.sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, ignore_eos=True)
         self.warmup = args.jax_warmup
+        self.times = ProgramTimes() if args.program_times else None
 
     async def start(self) -> None:
         if self.warmup:  # every program compiled before any request (JaxEngine.warmup)
@@ -162,17 +165,27 @@ class JaxRunner(Runner):
             print(f"  {self.name}: warmup() compiled {sum(counts.values())} programs in {time.perf_counter() - t:.1f}s "
                   f"{counts}", flush=True)
 
-    async def run(self, load: Load) -> dict[str, float]:
+    async def run(self, load: Load) -> dict[str, Any]:
         before, compiled = self.engine.stats(), sum(self.engine.compile_counts().values())
         cpu = time.process_time()
-        seconds, tokens = await _generate_turns(self.engine, load, self.sp)
+        if self.times is None:
+            seconds, tokens = await _generate_turns(self.engine, load, self.sp)
+        else:
+            with self.times:
+                start = self.times.snapshot()
+                seconds, tokens = await _generate_turns(self.engine, load, self.sp)
+                programs = since(start, self.times.snapshot())
         cpu = time.process_time() - cpu
         after = self.engine.stats()
         # programs compiled during this run (the counts are cumulative over the engine's life)
-        return {"s": seconds, "cpu_s": cpu, "tokens": tokens,
-                "compiles": sum(self.engine.compile_counts().values()) - compiled,
-                "prefilled": after["prefill_tokens"] - before["prefill_tokens"],
-                "reused": after["cached_tokens"] - before["cached_tokens"]}
+        out: dict[str, Any] = {"s": seconds, "cpu_s": cpu, "tokens": tokens,
+                               "compiles": sum(self.engine.compile_counts().values()) - compiled,
+                               "prefilled": after["prefill_tokens"] - before["prefill_tokens"],
+                               "reused": after["cached_tokens"] - before["cached_tokens"]}
+        if self.times is not None:
+            out["programs"] = {k: {"calls": n, "s": round(t, 3)} for k, (n, t) in programs.items()}
+            print(f"  {self.name} program time by kind: {describe(programs)}", flush=True)
+        return out
 
     async def stop(self) -> None:
         await self.engine.close()
@@ -316,6 +329,9 @@ def main() -> int:
     p.add_argument("--prefill-budget", type=int, default=512, help="JaxEngine prompt tokens between decode steps")
     p.add_argument("--jax-warmup", action=argparse.BooleanOptionalAction, default=False,
                    help="call JaxEngine.warmup() before the warm-up load (every program compiled up front)")
+    p.add_argument("--program-times", action="store_true",
+                   help="JaxEngine: wait for every program call and report its time per kind (prefill, decode, "
+                        "page load/store, row copy, resize) each round; the calls then no longer overlap the host")
     p.add_argument("--slots", type=int, default=0, help="engine slots / server max running requests (0: = requests)")
     p.add_argument("--min-prompt", type=int, default=None, help="default: 64 (mixed), 300 (grpo)")
     p.add_argument("--max-prompt", type=int, default=None, help="default: 512 (mixed), 2000 (grpo)")

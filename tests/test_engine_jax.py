@@ -103,6 +103,30 @@ def test_greedy_matches_transformers(tiny: dict[str, Any], engine: JaxEngine) ->
     assert len({tuple(g.token_ids[:5]) for g in gens}) == len(gens)
 
 
+def test_program_times_count_every_call_by_kind_and_change_nothing(tiny: dict[str, Any], engine: JaxEngine) -> None:
+    """`benchmarks/program_times.py` (bench_engine.py --program-times): one request of 6 greedy tokens is one
+    prefill chunk and 5 decode steps, each timed; the outputs equal an untimed run's; leaving the block puts
+    the untimed call back."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from program_times import ProgramTimes, since
+
+    from jaxwebrl.engines.jax_programs import CountedProgram
+
+    untimed_call = CountedProgram.__call__
+    sp = SamplingParams(greedy=True, max_new_tokens=6, ignore_eos=True)
+    prompt = tiny["prompts"][1]
+    plain = _run(engine.generate(prompt, sp))
+    with ProgramTimes() as times:
+        assert CountedProgram.__call__ is not untimed_call
+        start = times.snapshot()
+        timed = _run(engine.generate(prompt, sp))
+        per_kind = since(start, times.snapshot())
+    assert CountedProgram.__call__ is untimed_call
+    assert timed.token_ids == plain.token_ids and len(timed.token_ids) == 6
+    assert per_kind["prefill"][0] == 1 and per_kind["decode"][0] == 5, per_kind
+    assert all(seconds > 0 for _, seconds in per_kind.values())
+
+
 @pytest.mark.parametrize("mode", ["greedy", "t1_topk", "t07"])
 def test_logprobs_equal_trainer_recompute(tiny: dict[str, Any], engine: JaxEngine, mode: str) -> None:
     sp, temp = {
