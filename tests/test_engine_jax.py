@@ -103,11 +103,12 @@ def test_greedy_matches_transformers(tiny: dict[str, Any], engine: JaxEngine) ->
     assert len({tuple(g.token_ids[:5]) for g in gens}) == len(gens)
 
 
-def test_program_times_count_every_call_by_kind_and_change_nothing(tiny: dict[str, Any], engine: JaxEngine) -> None:
+def test_program_times_count_every_call_by_kind_and_change_nothing(tiny: dict[str, Any], engine: JaxEngine,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`benchmarks/program_times.py` (bench_engine.py --program-times): one request of 6 greedy tokens is one
     prefill chunk and 5 decode steps, each timed; the outputs equal an untimed run's; leaving the block puts
     the untimed call back."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from program_times import ProgramTimes, since
 
     from jaxwebrl.engines.jax_programs import CountedProgram
