@@ -155,5 +155,6 @@ def test_paper_local_variant_from_the_pretrained_model_keeps_the_recipe(paper):
         assert (run.model.source, run.model.path, dict(run.model.shape)) == ("hf", "", {})
         assert run.model.pretrained == "smollm2" and run.train.trainable_layers > 0
         assert run.agent.system_prompt == "" and run.bc.context_loss_weight == 0.0
+        assert run.env.ids_after_names and run.bc.rationale  # every target named before its id
         assert run.workdir == f"{scratch.workdir}_smollm2"
         assert run.bc.steps < scratch.bc.steps and run.optim.lr < scratch.optim.lr
