@@ -106,7 +106,9 @@ def quick_overrides(name: str, **paper: Any) -> ml_collections.ConfigDict:
 # Every target is named before its id, as in the SmolLM2 main job (`configs/grpo_local_smollm2_named.py`): the
 # page lists ids after names and each demonstration's think names its target first, which took BC 18.3% -> 29.2% and RL
 # 45.8% -> 51.7% on the twelve tasks there (RESULTS.md, "The target named before its id"). Each paper's own
-# format keeps its think, so this changes no recipe; 60 steps of 2 are ~1.2 passes over the ~100 demonstrations.
+# format keeps its think, so this changes no recipe. BC packs rows of seq_len tokens: 60 steps of 2 rows are
+# 246k tokens, 2.3-3.2 passes over the ~100 demonstrations' 78k (WebAgent-R1's format) to 108k (OpenWebRL's)
+# tokens, as the named main job's 90 steps of 4 x 1,024 are 3.1 passes over its 239 demonstrations' 120k.
 PRETRAINED_LOCAL = dict(
     model=dict(source="hf", path="", shape={}, scan_layers=True),
     env=dict(ids_after_names=True),
