@@ -153,7 +153,8 @@ class JaxRunner(Runner):
     def __init__(self, path: Path, args: argparse.Namespace, max_len: int, slots: int, prefix_cache: bool) -> None:
         self.name = "jax" if prefix_cache else "jax_nocache"
         self.engine = JaxEngine.from_checkpoint(path, num_slots=slots, max_len=max_len, prefix_cache=prefix_cache,
-                                                prefill_chunk=args.prefill_chunk, prefill_budget=args.prefill_budget)
+                                                prefill_chunk=args.prefill_chunk, prefill_budget=args.prefill_budget,
+                                                prefill_min_chunk=args.prefill_min_chunk)
         self.sp = SamplingParams(greedy=True, max_new_tokens=args.new_tokens, ignore_eos=True)
         self.warmup = args.jax_warmup
         self.times = ProgramTimes() if args.program_times else None
@@ -326,6 +327,8 @@ def main() -> int:
     p.add_argument("--jax-cache", choices=("on", "off", "both"), default=None,
                    help="JaxEngine prefix cache runs (default: both for grpo, on for mixed)")
     p.add_argument("--prefill-chunk", type=int, default=128, help="JaxEngine prefill chunk width")
+    p.add_argument("--prefill-min-chunk", type=int, default=16,
+                   help="JaxEngine: narrowest width of a prompt's last chunk (--prefill-chunk: every chunk full width)")
     p.add_argument("--prefill-budget", type=int, default=512, help="JaxEngine prompt tokens between decode steps")
     p.add_argument("--jax-warmup", action=argparse.BooleanOptionalAction, default=False,
                    help="call JaxEngine.warmup() before the warm-up load (every program compiled up front)")

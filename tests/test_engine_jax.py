@@ -180,7 +180,8 @@ def test_concurrent_requests_equal_solo_and_reuse_freed_slots(tiny: dict[str, An
     assert all(e.step < long_finish for e in reused)  # nobody waited for the long request
     assert len(reused) == len(shorts) - 3  # 4 slots: long + 3 shorts at once, the other shorts reuse slots
     counts = engine.compile_counts()
-    assert counts["decode"] <= len(engine.buckets) and counts["prefill"] <= len(engine.buckets)
+    assert counts["decode"] <= len(engine.buckets)
+    assert counts["prefill"] <= len(engine.buckets) * len(engine.prefill_widths)  # one per (width, context)
 
 
 def test_cache_capacity_follows_the_requests_in_flight(tiny: dict[str, Any], engine: JaxEngine,
@@ -219,8 +220,10 @@ def test_warmup_compiles_every_program_a_request_can_need(tiny: dict[str, Any], 
     prompts and second turns that extend them through the prefix cache, capacities from the smallest bucket
     to max_len) compile nothing, and give the fixture engine's outputs (warmup's placeholder calls leave
     nothing a request reads)."""
-    eng = _engine(tiny, buckets=None, prefill_chunk=16, prefill_budget=32, deterministic=deterministic)
+    eng = _engine(tiny, buckets=None, prefill_chunk=16, prefill_budget=32, prefill_min_chunk=4,
+                  deterministic=deterministic)
     assert eng.buckets == (16, 32, 64, MAX_LEN)
+    assert eng.prefill_widths == ((16,) if deterministic else (4, 8, 16))  # deterministic: one grid width
     rng = np.random.default_rng(5)
     vocab = tiny["cfg"].vocab_size
     lengths = [1, 7, 16, 17, 40, 63, 64, 65, 90, 110]
@@ -245,6 +248,8 @@ def test_warmup_compiles_every_program_a_request_can_need(tiny: dict[str, Any], 
     assert all(warm[kind] >= 1 for kind in ("prefill", "decode", "row", "store", "load")), warm
     assert (warm["resize"] == 0) if deterministic else (warm["resize"] == 4 * 3), warm  # every ordered pair of 4
     assert eng.cached_tokens > 0 and len(outs) == 25
+    widths = {e.width for e in eng.events if e.kind == "prefill"}
+    assert widths == set(eng.prefill_widths), widths  # every width ran (the lengths' tails are 1-16 tokens)
     assert after == warm, (warm, after)  # nothing compiled after the warm-up
     for got, want in zip(outs, refs):
         assert got.token_ids == want.token_ids

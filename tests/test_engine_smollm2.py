@@ -118,14 +118,14 @@ def _check(smollm2: dict[str, Any], engine: JaxEngine, outs: list[list[Any]], co
         for prompt, gen in zip(prompts, gens):
             assert gen.token_ids == smollm2["refs"][tuple(prompt)], (len(prompt), gen.token_ids)
     assert sum(len(g.token_ids) for r in outs for g in r) >= 5 * NEW  # most requests ran their 8 tokens
-    # A set of programs fixed by the buckets (b = 3 of them), whatever the prompt lengths: every chunk is CHUNK
-    # wide, so one prefill program per context bucket; the chunk's row copied out and back per (capacity,
-    # context <= capacity) pair; one decode program per capacity, one resize per pair of capacities. With
-    # chunks of every width up to the step's budget (the engine before 2026-11-27), the prefill programs were
-    # one per (width bucket, context bucket) pair instead.
-    final, b = counts[-1], 3
-    assert engine.buckets == (32, 64, 128), engine.buckets
-    assert 1 <= final["prefill"] <= b and 1 <= final["decode"] <= b, counts
+    # A set of programs fixed by the buckets (b = 3 of them), whatever the prompt lengths: a chunk is CHUNK
+    # wide, or a prompt's last one 16 (the engine's fixed widths, w = 2 of them), so one prefill program per
+    # (width, context bucket) pair; the chunk's row copied out and back per (capacity, context <= capacity)
+    # pair; one decode program per capacity, one resize per pair of capacities. With chunks of every width up
+    # to the step's budget (the engine before 2026-11-27), a new prompt length could be a new program.
+    final, b, w = counts[-1], 3, 2
+    assert engine.buckets == (32, 64, 128) and engine.prefill_widths == (16, CHUNK), engine.buckets
+    assert 1 <= final["prefill"] <= b * w and 1 <= final["decode"] <= b, counts
     assert final["row"] <= b * (b + 1) and final["resize"] <= b * (b - 1), counts
     # The fourth round's prompt lengths are new, in the range the earlier rounds covered: nothing compiles.
     assert counts[3] == counts[2], counts

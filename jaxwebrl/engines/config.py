@@ -52,7 +52,10 @@ class EngineConfig:
     prefix_cache: bool = True  # jax: reuse the keys and values of cached prompt prefixes (text models)
     prefix_cache_tokens: int = 0  # jax: tokens the prefix cache holds (0: num_slots * max_len, as the slots)
     page_size: int = 16  # jax: tokens per cached block (prefixes are reused in whole blocks)
-    prefill_chunk: int = 128  # jax: width of every prefill chunk (a prompt's last one padded to it)
+    prefill_chunk: int = 128  # jax: width of a prefill chunk
+    # jax: the narrowest a prompt's last chunk may be: it is padded to prefill_chunk / 2^k >= this (one program
+    # per width and context; prefill_min_chunk=prefill_chunk pads every last chunk to the full width)
+    prefill_min_chunk: int = 16
     prefill_budget: int = 512  # jax: prompt tokens prefilled between two decode steps
     # jax: a request's tokens and logprobs do not depend on what else is in flight (chunks on a fixed grid,
     # fixed decode capacity, slot-by-slot decode, prefix reuse in whole chunks; jax_scheduler's doc).
@@ -77,6 +80,7 @@ class EngineConfig:
         at_least("prefix_cache_tokens", self.prefix_cache_tokens, 0)
         at_least("page_size", self.page_size, 1)
         at_least("prefill_chunk", self.prefill_chunk, 1)
+        at_least("prefill_min_chunk", self.prefill_min_chunk, 1)
         at_least("prefill_budget", self.prefill_budget, 1)
         if self.prefix_cache and self.page_size > self.max_len:
             raise FieldError("page_size", f"{self.page_size} exceeds max_len={self.max_len}",
@@ -100,7 +104,7 @@ class EngineConfig:
         return dict(num_slots=self.num_slots, max_len=self.max_len or None, seed=self.seed,
                     prefix_cache=self.prefix_cache, prefix_cache_tokens=self.prefix_cache_tokens or None,
                     page_size=self.page_size, prefill_chunk=self.prefill_chunk, prefill_budget=self.prefill_budget,
-                    deterministic=self.deterministic)
+                    prefill_min_chunk=self.prefill_min_chunk, deterministic=self.deterministic)
 
     @property
     def server_urls(self) -> list[str]:

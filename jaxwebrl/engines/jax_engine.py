@@ -18,10 +18,11 @@ empties the index (an epoch counter also keeps requests that ran under the old w
 
 Chunked prefill: a step prefills chunks of `prefill_chunk` tokens, at most `prefill_budget` tokens in all
 (queued requests in order, each from where its cached prefix ends), and then runs one decode step for the
-decoding slots, so a long prompt does not stall the others. Every chunk has the same width (a prompt's last
-chunk is padded), so the prefill programs are one per context bucket: a new prompt length is never a new
-program (on SmolLM2, chunks of every width up to 512 compiled new programs in every round of new lengths). Requests are prefilled one after another, so a group's later members find the first
-member's prompt cached.
+decoding slots, so a long prompt does not stall the others. Chunks have a few fixed widths (`prefill_chunk`,
+and for a prompt's last chunk the narrowest power-of-two fraction of it that holds the rest, padded), so the
+prefill programs are one per (width, context bucket): a new prompt length is never a new program (on
+SmolLM2, chunks of every width up to 512 compiled new programs in every round of new lengths). Requests are
+prefilled one after another, so a group's later members find the first member's prompt cached.
 
 Threads: one asyncio task runs the scheduler; the jitted calls run in a single worker thread, so the event
 loop (shared with browser episodes) stays responsive while the device works.
@@ -69,6 +70,7 @@ from jaxwebrl.engines.base import (
 from jaxwebrl.engines.jax_programs import (
     CountedProgram,
     chunk_prefill,
+    chunk_widths,
     compile_counts,
     decode,
     decode_by_row,
@@ -104,7 +106,9 @@ class JaxEngine(SlotScheduler):
     `prefix_cache` (text models; a VL engine prefills every prompt whole and caches nothing, images or not)
     keeps up to `prefix_cache_tokens` tokens of keys and values (default: as many as the slots hold) in pages
     of `page_size` tokens; prompts are prefilled in chunks of `prefill_chunk` tokens, `prefill_budget` tokens
-    (default max(prefill_chunk, 512)) between two decode steps.
+    (default max(prefill_chunk, 512)) between two decode steps. A prompt's last chunk takes the narrowest of
+    the widths `prefill_chunk`, `prefill_chunk // 2`, ... down to `prefill_min_chunk` that holds it (16 by
+    default; `prefill_min_chunk=prefill_chunk` pads every last chunk to the full width).
 
     `deterministic`: a request's tokens and logprobs are bit-identical whatever else is in flight (see
     "Deterministic mode" in jax_scheduler's doc): chunks on a fixed grid of `prefill_chunk` positions, each
@@ -130,6 +134,7 @@ class JaxEngine(SlotScheduler):
         page_size: int = 16,
         prefill_chunk: int = 128,
         prefill_budget: int | None = None,
+        prefill_min_chunk: int = 16,
         deterministic: bool = False,
     ) -> None:
         self.cfg = cfg
@@ -146,13 +151,20 @@ class JaxEngine(SlotScheduler):
         self.max_len = int(max_len or min(text_cfg.max_position_embeddings, 4096))
         if buckets and max(buckets) > self.max_len:
             raise ValueError(f"buckets {tuple(buckets)}: the largest must be <= max_len={self.max_len}")
-        if prefill_chunk < 1 or page_size < 1 or (prefill_budget is not None and prefill_budget < 1):
-            raise ValueError(f"prefill_chunk={prefill_chunk}, prefill_budget={prefill_budget} and page_size={page_size} "
-                             "must be >= 1")
-        # Every prefill chunk is `prefill_chunk` tokens wide (the last of a prompt padded), so the prefill
-        # programs are one per context bucket whatever the prompts' lengths; a step runs chunks until it has
-        # computed `prefill_budget` tokens.
+        if (prefill_chunk < 1 or page_size < 1 or prefill_min_chunk < 1
+                or (prefill_budget is not None and prefill_budget < 1)):
+            raise ValueError(f"prefill_chunk={prefill_chunk}, prefill_min_chunk={prefill_min_chunk}, prefill_budget="
+                             f"{prefill_budget} and page_size={page_size} must be >= 1")
+        # A prefill chunk is `prefill_chunk` tokens wide, but for a prompt's last chunk, which is padded to the
+        # narrowest of a few fixed widths that holds it (`prefill_widths`): the prefill programs are one per
+        # (width, context bucket) pair whatever the prompts' lengths, and a short tail (a group member after
+        # its cached prefix, a second turn's new tokens) no longer costs a whole chunk (on SmolLM2 a 16-wide
+        # chunk runs in ~0.3x a 128-wide one's time). Deterministic mode keeps the one width: its chunks lie
+        # on a fixed grid, whatever the prompt's length. A step runs chunks until it has spent
+        # `prefill_budget` positions.
         self.prefill_chunk = min(int(prefill_chunk), self.max_len)
+        self.prefill_widths = chunk_widths(self.prefill_chunk, self.prefill_chunk if deterministic
+                                           else min(int(prefill_min_chunk), self.prefill_chunk))
         self.prefill_budget = int(prefill_budget) if prefill_budget is not None else max(self.prefill_chunk, 512)
         # max_len is always the last bucket, so every prompt that fits and every decode span has one. The
         # default buckets start at the chunk width: a prefill reads at least that many positions anyway.
@@ -201,7 +213,7 @@ class JaxEngine(SlotScheduler):
         if isinstance(cfg, VLConfig):  # one program per (prompt bucket, patch bucket, capacity)
             self._prefill = CountedProgram(functools.partial(prefill_vl, cfg, cache_dtype), self._uid, "prefill",
                                            donate_argnums=(1,))
-        else:  # one program per (chunk bucket, context bucket), on a row copied out of the cache and back
+        else:  # one program per (chunk width, context bucket), on a row copied out of the cache and back
             self._prefill = CountedProgram(functools.partial(chunk_prefill, cfg), self._uid, "prefill",
                                            donate_argnums=(1,))
         self._get_row = CountedProgram(get_row, self._uid, "row", static_argnums=(2,))
@@ -445,7 +457,7 @@ class JaxEngine(SlotScheduler):
     def _warm_programs(self) -> None:
         """Device thread: every program of `warmup`, on placeholder inputs in free rows."""
         caps = [self.max_len] if self.deterministic else list(self.buckets)
-        start, C = self._capacity, self.prefill_chunk
+        start = self._capacity
         sampling = (np.uint32(0), np.float32(1.0), np.int32(-1), np.float32(1.0), np.bool_(True))
         with self._mesh_ctx():
             for cap in caps:
@@ -458,11 +470,12 @@ class JaxEngine(SlotScheduler):
                             self._greedy)
                 by_row = (np.zeros(self.num_slots, np.int32), np.int32(0)) if self.deterministic else ()
                 self._cache, _, _ = self._decode(self._params, self._cache, *by_row, *(a.copy() for a in per_slot))
-                for ctx in (b for b in self.buckets if C <= b <= cap):  # the contexts `_prefill_chunk` can use
-                    row = self._get_row(self._cache, np.int32(0), ctx)
-                    row, _, _ = self._prefill(self._params, row, np.zeros((1, C), np.int32), np.int32(0), np.int32(1),
-                                              *sampling)
-                    self._cache = self._put_row(self._cache, row, np.int32(0))
+                for width in self.prefill_widths:  # the (width, context) pairs `_prefill_chunk` can use
+                    for ctx in (b for b in self.buckets if width <= b <= cap):
+                        row = self._get_row(self._cache, np.int32(0), ctx)
+                        row, _, _ = self._prefill(self._params, row, np.zeros((1, width), np.int32), np.int32(0),
+                                                  np.int32(1), *sampling)
+                        self._cache = self._put_row(self._cache, row, np.int32(0))
                 if self._pool is not None:
                     self._pool.store(self._cache, 0, [], [])
                     self._cache = self._pool.load(self._cache, 0, [])
@@ -470,7 +483,7 @@ class JaxEngine(SlotScheduler):
             jax.block_until_ready(self._cache)
 
     def compile_counts(self) -> dict[str, int]:
-        """XLA compilations of this engine's programs so far (prefill: one per context bucket used; decode: one
+        """XLA compilations of this engine's programs so far (prefill: one per (chunk width, context bucket) used; decode: one
         per cache capacity; row: the prefill's row copies, per (capacity, context) pair; resize: capacity
         changes; the prefix cache's page copies: one per capacity), counted from JAX's own compile events, so
         any recompilation shows up."""

@@ -1,6 +1,7 @@
 """The JaxEngine's continuous batching: requests wait in a queue, each is admitted to a free slot (a row of
-the KV cache), prefilled in chunks of `prefill_chunk` tokens (a prompt's last chunk padded to that width, so
-the prefill programs never follow the prompts' lengths), up to `prefill_budget` tokens between two decode
+the KV cache), prefilled in chunks of `prefill_chunk` tokens (a prompt's last chunk padded to the narrowest of
+`prefill_widths` that holds it, so the prefill programs never follow the prompts' lengths), up to
+`prefill_budget` positions between two decode
 steps (in arrival order, after the longest prefix the prefix cache holds), then decoded with every other
 decoding slot, one token per step, until a stop condition frees its slot. The cache's capacity follows the longest request in flight
 (grown before a step needs it, cut when the need falls to half), and finished requests' full blocks are
@@ -53,6 +54,7 @@ class SchedulerEvent:
     time: float
     tokens: int = 0  # prefill: prompt tokens computed by this chunk
     cached: int = 0  # prefill: prompt tokens taken from the prefix cache (first chunk)
+    width: int = 0  # prefill: positions the chunk computed (its tokens, padded to one of `prefill_widths`)
 
 
 @dataclasses.dataclass(eq=False)  # identity, not field, equality: requests are found in queues by `is`
@@ -87,6 +89,7 @@ class SlotScheduler:
     version: int
     is_vl: bool
     prefill_chunk: int
+    prefill_widths: tuple[int, ...]  # narrowest first; the widest is prefill_chunk (deterministic: the only one)
     page_size: int
     deterministic: bool
     _executor: Any
@@ -231,8 +234,8 @@ class SlotScheduler:
                     done, used = self._prefill_vl(params, slot, req)
                     budget -= used
                 while done is None and budget > 0:  # text: chunk after chunk of this prompt
-                    done = self._prefill_chunk(params, epoch, slot, req)
-                    budget -= self.prefill_chunk  # a padded chunk costs its whole width
+                    done, width = self._prefill_chunk(params, epoch, slot, req)
+                    budget -= width  # a padded chunk costs its whole width
                 if done is None:
                     break  # prompts are prefilled in order: the next may extend this one
                 first.append((slot, req, *done))
@@ -292,9 +295,11 @@ class SlotScheduler:
         self._set_slot(slot, req, int(tok), n)
         return (int(tok), float(lp)), n
 
-    def _prefill_chunk(self, params: Params, epoch: int, slot: int, req: Request) -> tuple[int, float] | None:
-        """Prefill the next chunk of a text prompt into row `slot` (at most `prefill_chunk` tokens, padded to
-        that width, starting after its cached prefix); returns (first token, logprob) once the prompt is done."""
+    def _prefill_chunk(self, params: Params, epoch: int, slot: int,
+                       req: Request) -> tuple[tuple[int, float] | None, int]:
+        """Prefill the next chunk of a text prompt into row `slot` (at most `prefill_chunk` tokens, starting
+        after its cached prefix, padded to the narrowest of `prefill_widths` that holds them); returns (first
+        token, logprob) once the prompt is done, else None, and the chunk's width."""
         n, cached = req.prompt.size, 0
         if req.kv_epoch < 0:  # first chunk: take the longest cached prefix (always leaving one token to run)
             req.kv_epoch = epoch
@@ -309,8 +314,8 @@ class SlotScheduler:
                     req.prefilled = cached
                     self.cached_tokens += cached
         start = req.prefilled  # deterministic: a multiple of prefill_chunk, so chunks lie on the grid
-        width = self.prefill_chunk
-        size = min(n - start, width)
+        size = min(n - start, self.prefill_chunk)
+        width = next(w for w in self.prefill_widths if w >= size)
         s0 = min(start, self.max_len - width)  # keep the padded window inside the row (recomputes a few)
         count = start + size - s0
         tokens = np.zeros((1, width), np.int32)
@@ -326,14 +331,14 @@ class SlotScheduler:
         req.prefilled = start + size
         self.prefill_tokens += size
         self.events.append(SchedulerEvent("prefill", req.request_id, slot, self.decode_steps, time.monotonic(),
-                                          size, cached))
+                                          size, cached, width))
         if req.prefilled < n:
             self._pos[slot] = req.prefilled  # where a decode step's junk write lands: the next chunk's start
-            return None
+            return None, width
         if req.kv_epoch == epoch:
             self._cache_blocks(slot, req.prompt)
         self._set_slot(slot, req, int(tok), n)
-        return int(tok), float(lp)
+        return (int(tok), float(lp)), width
 
     def _cache_blocks(self, slot: int, tokens: np.ndarray) -> None:
         """Index the full blocks of `tokens` (whose keys and values fill row `slot` from position 0) and copy
