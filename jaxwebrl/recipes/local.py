@@ -21,8 +21,9 @@ With `model.pretrained` (a model the package index ships, e.g. SmolLM2-135M-Inst
 from that model, as the papers start from theirs: `pretrained_local_overrides` is applied after the local
 (and quick) overlay. The model's own tokenizer and chat template render the prompts, the paper's own system
 prompt comes back (a pretrained model reads instructions; the short one only suits a model that learns the
-syntax from demonstrations), and the budget is sized for a 135M model on CPU: only its top layers train,
-smaller learning rates, fewer BC steps.
+syntax from demonstrations), every target is named before its id (the page lists ids after names, and each
+demonstration's think names its target), and the budget is sized for a 135M model on CPU: only its top
+layers train, smaller learning rates, fewer BC steps.
 """
 
 from __future__ import annotations
