@@ -53,8 +53,9 @@ class EngineConfig:
     prefix_cache_tokens: int = 0  # jax: tokens the prefix cache holds (0: num_slots * max_len, as the slots)
     page_size: int = 16  # jax: tokens per cached block (prefixes are reused in whole blocks)
     prefill_chunk: int = 128  # jax: width of a prefill chunk
-    # jax: the narrowest a prompt's last chunk may be: it is padded to prefill_chunk / 2^k >= this (one program
-    # per width and context; prefill_min_chunk=prefill_chunk pads every last chunk to the full width)
+    # jax: the narrowest a prompt's last chunk may be: it is padded to the first of this, twice this, ... (below
+    # prefill_chunk), prefill_chunk that holds it (one program per width and context; prefill_min_chunk=
+    # prefill_chunk pads every last chunk to the full width)
     prefill_min_chunk: int = 16
     prefill_budget: int = 512  # jax: prompt tokens prefilled between two decode steps
     # jax: a request's tokens and logprobs do not depend on what else is in flight (chunks on a fixed grid,

@@ -19,7 +19,7 @@ empties the index (an epoch counter also keeps requests that ran under the old w
 Chunked prefill: a step prefills chunks of `prefill_chunk` tokens, at most `prefill_budget` tokens in all
 (queued requests in order, each from where its cached prefix ends), and then runs one decode step for the
 decoding slots, so a long prompt does not stall the others. Chunks have a few fixed widths (`prefill_chunk`,
-and for a prompt's last chunk the narrowest power-of-two fraction of it that holds the rest, padded), so the
+and for a prompt's last chunk the narrowest of `prefill_min_chunk`, twice that, ... that holds the rest), so the
 prefill programs are one per (width, context bucket): a new prompt length is never a new program (on
 SmolLM2, chunks of every width up to 512 compiled new programs in every round of new lengths). Requests are
 prefilled one after another, so a group's later members find the first member's prompt cached.
@@ -70,7 +70,6 @@ from jaxwebrl.engines.base import (
 from jaxwebrl.engines.jax_programs import (
     CountedProgram,
     chunk_prefill,
-    chunk_widths,
     compile_counts,
     decode,
     decode_by_row,
@@ -107,8 +106,8 @@ class JaxEngine(SlotScheduler):
     keeps up to `prefix_cache_tokens` tokens of keys and values (default: as many as the slots hold) in pages
     of `page_size` tokens; prompts are prefilled in chunks of `prefill_chunk` tokens, `prefill_budget` tokens
     (default max(prefill_chunk, 512)) between two decode steps. A prompt's last chunk takes the narrowest of
-    the widths `prefill_chunk`, `prefill_chunk // 2`, ... down to `prefill_min_chunk` that holds it (16 by
-    default; `prefill_min_chunk=prefill_chunk` pads every last chunk to the full width).
+    the widths `prefill_min_chunk`, twice that, ... below `prefill_chunk`, and `prefill_chunk` that holds it
+    (16 by default; `prefill_min_chunk=prefill_chunk` pads every last chunk to the full width).
 
     `deterministic`: a request's tokens and logprobs are bit-identical whatever else is in flight (see
     "Deterministic mode" in jax_scheduler's doc): chunks on a fixed grid of `prefill_chunk` positions, each
@@ -163,8 +162,9 @@ class JaxEngine(SlotScheduler):
         # on a fixed grid, whatever the prompt's length. A step runs chunks until it has spent
         # `prefill_budget` positions.
         self.prefill_chunk = min(int(prefill_chunk), self.max_len)
-        self.prefill_widths = chunk_widths(self.prefill_chunk, self.prefill_chunk if deterministic
-                                           else min(int(prefill_min_chunk), self.prefill_chunk))
+        # the same series as the context buckets: powers of two from the narrowest, then the chunk itself
+        self.prefill_widths = prefill_buckets(self.prefill_chunk, self.prefill_chunk if deterministic
+                                              else min(int(prefill_min_chunk), self.prefill_chunk))
         self.prefill_budget = int(prefill_budget) if prefill_budget is not None else max(self.prefill_chunk, 512)
         # max_len is always the last bucket, so every prompt that fits and every decode span has one. The
         # default buckets start at the chunk width: a prefill reads at least that many positions anyway.
@@ -483,8 +483,8 @@ class JaxEngine(SlotScheduler):
             jax.block_until_ready(self._cache)
 
     def compile_counts(self) -> dict[str, int]:
-        """XLA compilations of this engine's programs so far (prefill: one per (chunk width, context bucket) used; decode: one
-        per cache capacity; row: the prefill's row copies, per (capacity, context) pair; resize: capacity
+        """XLA compilations of this engine's programs so far (prefill: one per (chunk width, context bucket)
+        used; decode: one per cache capacity; row: the prefill's row copies, per (capacity, context) pair; resize: capacity
         changes; the prefix cache's page copies: one per capacity), counted from JAX's own compile events, so
         any recompilation shows up."""
         return compile_counts(self._uid, ("prefill", "decode", "row", "resize", "store", "load"))

@@ -82,14 +82,6 @@ def prefill_buckets(max_len: int, min_bucket: int = 16) -> tuple[int, ...]:
     return tuple(out) + (max_len,)
 
 
-def chunk_widths(chunk: int, min_chunk: int) -> tuple[int, ...]:
-    """The widths a prefill chunk may take, narrowest first: `chunk`, halved while at least `min_chunk`."""
-    out = [chunk]
-    while out[-1] // 2 >= min_chunk:
-        out.append(out[-1] // 2)
-    return tuple(reversed(out))
-
-
 def first_token_into_slot(
     logits: jax.Array, small: dict[str, jax.Array], cache: dict[str, jax.Array], length: jax.Array, slot: jax.Array,
     seed: jax.Array, temp: jax.Array, top_k: jax.Array, top_p: jax.Array, greedy: jax.Array,
