@@ -76,17 +76,20 @@ def record_from_run(workdir: Path, table: str, what: str) -> dict[str, Any]:
                 "policies": policies, "rl_minus_bc": None if diff is None else {
                     "mean": diff["mean"], "ci": [diff["ci_low"], diff["ci_high"]], "interval": diff["interval"],
                     "per_seed": diff["per_seed"], "per_seed_p": diff["per_seed_p"]},
-                "timeouts_fired": fired, "source": f"{seeds_file} ({len(s['seeds'])} seeds)"}
+                "timeouts_fired": fired, "source": f"{seeds_file} ({len(s['seeds'])} seeds)",
+                **({"held_out": {p["policy"]: {"mean": p["mean"], "ci": [p["ci_low"], p["ci_high"]],
+                                               "interval": p["interval"], "n": p["episodes_per_seed"][0]}
+                                 for p in s["held_out"]["policies"]}} if s.get("held_out") else {})}
     if not single_file.exists():
         raise SystemExit(f"{workdir}: neither seeds_summary.json nor summary.json; give a run's workdir")
     s = json.loads(single_file.read_text())
     if "eval" not in s:
         raise SystemExit(f"{single_file}: the run has no evaluation (report.enabled was false); nothing to tabulate")
     from jaxwebrl.evaluation.evaluate import paired_difference
-    from jaxwebrl.evaluation.seeds import _report
+    from jaxwebrl.evaluation.seeds import report_from_dict
 
     prov = s.get("provenance") or {}
-    reports = {k: _report(v) for k, v in s["eval"].items()}
+    reports = {k: report_from_dict(v) for k, v in s["eval"].items()}
     policies = {k: {"mean": v["success_rate"], "ci": _interval(v), "interval": "Wilson, episodes only (1 seed)",
                     "n": v["episodes"]} for k, v in s["eval"].items()}
     diff = None

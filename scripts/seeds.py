@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jaxwebrl.evaluation import provenance  # noqa: E402
-from jaxwebrl.evaluation.seeds import compare, seeds_markdown, seeds_summary  # noqa: E402
+from jaxwebrl.evaluation.seeds import (  # noqa: E402
+    compare_all, difference_table, report_from_dict, seeds_markdown, seeds_summary)
 
 SEEDS_SUMMARY = "seeds_summary.json"
 SEEDS_REPORT = "seeds_report.md"
@@ -60,6 +61,19 @@ def read_seed_runs(workdir: Path) -> dict[int, dict]:
     return runs
 
 
+def read_seed_subsets(workdir: Path, runs: dict[int, dict]) -> dict[int, dict[str, set[str]] | None]:
+    """seed -> its evaluated tasks split by whether BC had demonstrations of them (from the seed's
+    demonstrations.jsonl; None where every task had, or the file is gone)."""
+    from jaxwebrl.evaluation.report import demonstration_subsets
+
+    out: dict[int, dict[str, set[str]] | None] = {}
+    for seed, summary in runs.items():
+        demos = workdir / f"seed_{seed}" / "demonstrations.jsonl"
+        reports = {k: report_from_dict(v) for k, v in summary.get("eval", {}).items()}
+        out[seed] = demonstration_subsets(demos, reports) if demos.exists() else None
+    return out
+
+
 def run_seed(config: str, seed: int, workdir: Path, flags: list[str]) -> None:
     out = workdir / f"seed_{seed}"
     if (out / "summary.json").exists():
@@ -75,15 +89,16 @@ def run_seed(config: str, seed: int, workdir: Path, flags: list[str]) -> None:
 
 def write_report(workdir: Path, driver: dict | None, compare_with: Path | None) -> dict:
     runs = read_seed_runs(workdir)
-    result = seeds_summary(runs)
+    subsets = read_seed_subsets(workdir, runs)
+    result = seeds_summary(runs, subsets)
     md = seeds_markdown(result, title=f"{workdir.name}: {len(runs)} seeds")
     if compare_with is not None:
         other = read_seed_runs(compare_with)
-        row = compare(other, runs, label=f"{workdir.name} - {compare_with.name}")
-        result["comparisons"] = [row]
-        md += (f"\n## {row['comparison']}\n\nMean over seeds {100 * row['mean']:+.1f} points, 95% interval "
-               f"[{100 * row['ci_low']:+.1f}, {100 * row['ci_high']:+.1f}] ({row['interval']}); per seed "
-               + "; ".join(f"{s}: {100 * v:+.1f}" for s, v in zip(row["seeds"], row["per_seed"])) + ".\n")
+        rows = compare_all(other, runs, label=f"{workdir.name} - {compare_with.name}",
+                           subsets_a=read_seed_subsets(compare_with, other), subsets_b=subsets)
+        result["comparisons"] = rows
+        md += (f"\n## {workdir.name} - {compare_with.name}, seed by seed on the same episodes\n\n"
+               + "\n".join(difference_table(rows)) + "\n")
     per_seed = {k: {"workdir": str(workdir / f"seed_{k}"), "wall_s": r.get("wall_s"),
                     "provenance": r.get("provenance"), "timeouts": r.get("timeouts")} for k, r in runs.items()}
     md += "\n## Runs\n\n| seed | commit | date | wall | load average start / end | timeouts fired |\n|---|---|---|---|---|---|\n"

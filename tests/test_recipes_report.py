@@ -131,6 +131,53 @@ def test_seeds_report_hand_values() -> None:
     assert same["per_seed"] == [pytest.approx(0.1), pytest.approx(0.1)]
 
 
+def _two_task_summary(bc: dict[str, list[int]], rl: dict[str, list[int]], held_bc: list[int], held_rl: list[int]) -> dict:
+    """A summary.json with a demonstrated task `d`, an undemonstrated task `u` and a held-out task `h`."""
+    return {"schedule": "deterministic",
+            "eval": {"BC": _report(bc).to_dict(), "RL": _report(rl).to_dict()},
+            "held_out_eval": {"BC": _report({"h": held_bc}).to_dict(), "RL": _report({"h": held_rl}).to_dict()}}
+
+
+def test_seeds_report_on_task_subsets_held_out_tasks_and_two_configs_hand_values() -> None:
+    """RL - BC on the demonstrated tasks alone, the held-out tasks' own rows, and config B - A on every trained
+    task, on a subset both share and on the held-out tasks (the issue-40 headline), each by hand; two configs
+    that evaluated different episodes are refused rather than paired."""
+    from jaxwebrl.evaluation.seeds import compare_all, seeds_markdown, seeds_summary
+
+    # seed 0: on d BC 2/4 -> RL 4/4 (+0.5), on u 0/4 -> 1/4; seed 1: on d 1/4 -> 2/4 (+0.25), on u 0/4 -> 0/4
+    a = {0: _two_task_summary({"d": [1, 1, 0, 0], "u": [0] * 4}, {"d": [1] * 4, "u": [1, 0, 0, 0]}, [0] * 4, [0] * 4),
+         1: _two_task_summary({"d": [1, 0, 0, 0], "u": [0] * 4}, {"d": [1, 1, 0, 0], "u": [0] * 4}, [0] * 4, [1, 0, 0, 0])}
+    subsets = {s: {"tasks with demonstrations": {"d"}, "tasks without demonstrations": {"u"}} for s in a}
+    result = seeds_summary(a, subsets)
+    demo = next(d for d in result["differences"] if d["comparison"] == "RL - BC, tasks with demonstrations")
+    assert demo["per_seed"] == [pytest.approx(0.5), pytest.approx(0.25)] and demo["mean"] == pytest.approx(0.375)
+    half = 12.706204736174707 * math.sqrt(2 * 0.125**2) / math.sqrt(2)  # t(0.975, 1 df) * sd / sqrt(2 seeds)
+    assert demo["ci_high"] - demo["mean"] == pytest.approx(half)
+    overall = next(d for d in result["differences"] if d["comparison"] == "RL - BC")
+    assert overall["per_seed"] == [pytest.approx(3 / 8), pytest.approx(1 / 8)]
+    held_rl = next(p for p in result["held_out"]["policies"] if p["policy"] == "RL")
+    assert held_rl["per_seed"] == [0.0, 0.25] and result["held_out"]["tasks"] == ["h"]
+    assert result["held_out"]["differences"][0]["per_seed"] == [0.0, pytest.approx(0.25)]
+    md = seeds_markdown(result)
+    assert "| RL - BC, tasks with demonstrations | +37.5 |" in md and "## Tasks held out of training (h)" in md
+    # a subset whose tasks differ between seeds is left out, not mixed
+    assert not any("without" in d["comparison"] for d in seeds_summary(
+        a, {0: subsets[0], 1: {"tasks without demonstrations": {"u", "d"}}})["differences"])
+
+    # config B: RL one more success on d in each seed, two more on h in seed 0
+    b = {0: _two_task_summary({"d": [0] * 4, "u": [0] * 4}, {"d": [1] * 4, "u": [1, 1, 0, 0]}, [0] * 4, [1, 1, 0, 0]),
+         1: _two_task_summary({"d": [0] * 4, "u": [0] * 4}, {"d": [1, 1, 1, 0], "u": [0] * 4}, [0] * 4, [1, 0, 0, 0])}
+    rows = {r["comparison"]: r for r in compare_all(a, b, "B - A", subsets, subsets)}
+    assert rows["B - A (RL)"]["per_seed"] == [pytest.approx(1 / 8), pytest.approx(1 / 8)]
+    assert rows["B - A (RL, tasks with demonstrations)"]["per_seed"] == [0.0, pytest.approx(0.25)]
+    assert rows["B - A (RL, tasks without demonstrations)"]["per_seed"] == [pytest.approx(0.25), 0.0]
+    assert rows["B - A (RL, tasks held out of training)"]["per_seed"] == [pytest.approx(0.5), 0.0]
+    assert len(rows) == 4
+    other_episodes = {s: _two_task_summary({"d": [0] * 5, "u": [0] * 4}, {"d": [1] * 5, "u": [0] * 4}, [0], [0]) for s in a}
+    with pytest.raises(ValueError, match="evaluated different episodes"):
+        compare_all(a, other_episodes)
+
+
 def test_results_tables_are_written_from_the_records() -> None:
     """README.md and RESULTS.md hold exactly what scripts/results_tables.py writes from the committed records,
     and every row names its record."""

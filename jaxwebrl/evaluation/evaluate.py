@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from jaxwebrl.agent.episode import AgentConfig, EpisodeResult, run_episode
 from jaxwebrl.agent.limits import OperationLimits
@@ -54,6 +54,11 @@ class EvalReport:
     @property
     def interval(self) -> tuple[float, float]:
         return wilson_interval(self.successes, self.episodes)
+
+    def on_tasks(self, tasks: Collection[str]) -> "EvalReport":
+        """This report on `tasks` only (per-task counts and paired outcomes; terminations stay the whole run's)."""
+        return dataclasses.replace(self, per_task={t: v for t, v in self.per_task.items() if t in tasks},
+                                   outcomes={k: v for k, v in self.outcomes.items() if k.rsplit("@", 1)[0] in tasks})
 
     def to_dict(self) -> dict[str, Any]:
         lo, hi = self.interval

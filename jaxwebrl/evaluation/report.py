@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -37,12 +36,6 @@ def success_table(reports: Mapping[str, EvalReport]) -> str:
     return "\n".join(lines)
 
 
-def restricted(report: EvalReport, tasks: Collection[str]) -> EvalReport:
-    """`report` on `tasks` only (per-task counts and paired outcomes; terminations stay the whole run's)."""
-    return dataclasses.replace(report, per_task={t: v for t, v in report.per_task.items() if t in tasks},
-                               outcomes={k: v for k, v in report.outcomes.items() if k.rsplit("@", 1)[0] in tasks})
-
-
 def paired_table(reports: Mapping[str, EvalReport], subsets: Mapping[str, Collection[str]] | None = None) -> str:
     """Each later policy against each earlier one on the same held-out episodes (e.g. BC - random, RL - BC),
     over all tasks and then over each named subset of tasks (e.g. those with and without demonstrations)."""
@@ -50,7 +43,7 @@ def paired_table(reports: Mapping[str, EvalReport], subsets: Mapping[str, Collec
     lines = ["| comparison | difference (95% CI) | solved only by the second / only by the first | McNemar p |",
              "|---|---|---|---|"]
     for label, tasks in {"": None, **(subsets or {})}.items():
-        on = reports if tasks is None else {n: restricted(reports[n], tasks) for n in names}
+        on = reports if tasks is None else {n: reports[n].on_tasks(tasks) for n in names}
         for j, b in enumerate(names):
             for a in names[:j]:
                 if not set(on[a].outcomes) & set(on[b].outcomes):

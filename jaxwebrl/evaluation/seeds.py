@@ -21,7 +21,7 @@ and only on the same seeds (`compare`).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -40,24 +40,26 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
     return float(x.mean() - half), float(x.mean() + half)
 
 
-def _report(d: Mapping[str, Any]) -> EvalReport:
+def report_from_dict(d: Mapping[str, Any]) -> EvalReport:
+    """An `EvalReport` back from its `to_dict()` form (summary.json's `eval` entries)."""
     return EvalReport({k: (v["successes"], v["episodes"]) for k, v in d["per_task"].items()}, d.get("terminations", {}),
                       d.get("mean_steps", 0.0), dict(d["outcomes"]))
 
 
-def per_seed(summaries: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[int, EvalReport]]:
-    """policy -> seed -> its evaluation, from each seed's summary.json (`eval`)."""
+def per_seed(summaries: Mapping[int, Mapping[str, Any]], key: str = "eval") -> dict[str, dict[int, EvalReport]]:
+    """policy -> seed -> its evaluation, from each seed's summary.json (`eval`, or `held_out_eval`: the tasks
+    held out of training)."""
     out: dict[str, dict[int, EvalReport]] = {}
     for seed, summary in sorted(summaries.items()):
-        for name, d in summary.get("eval", {}).items():
-            out.setdefault(name, {})[seed] = _report(d)
+        for name, d in (summary.get(key) or {}).items():
+            out.setdefault(name, {})[seed] = report_from_dict(d)
     return out
 
 
-def policy_rows(summaries: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def policy_rows(summaries: Mapping[int, Mapping[str, Any]], key: str = "eval") -> list[dict[str, Any]]:
     """Per policy: per-seed success, mean, SD and range over seeds, the 95% interval (above) and its kind."""
     rows = []
-    for name, by_seed in per_seed(summaries).items():
+    for name, by_seed in per_seed(summaries, key).items():
         rates = [r.success_rate for r in by_seed.values()]
         row: dict[str, Any] = {"policy": name, "seeds": list(by_seed), "per_seed": rates, "mean": float(np.mean(rates)),
                                "episodes_per_seed": [r.episodes for r in by_seed.values()]}
@@ -92,18 +94,71 @@ def difference_row(a: Mapping[int, EvalReport], b: Mapping[int, EvalReport], lab
     return row
 
 
-def seeds_summary(summaries: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """The multi-seed figures of one config (what seeds_summary.json holds besides provenance)."""
+Subsets = Mapping[str, Collection[str]]  # a name ("tasks with demonstrations") -> its tasks
+
+
+def common_subsets(subsets: Mapping[int, Subsets | None]) -> dict[str, frozenset[str]]:
+    """The named task subsets every seed has with the same tasks (the seeds of one config demonstrate the same
+    tasks; a subset that differs between seeds would mix two questions, so it is left out)."""
+    per = [{k: frozenset(v) for k, v in (s or {}).items()} for s in subsets.values()]
+    if not per:
+        return {}
+    return {k: v for k, v in per[0].items() if all(p.get(k) == v for p in per[1:])}
+
+
+def _on(by_seed: Mapping[int, EvalReport], tasks: Collection[str]) -> dict[int, EvalReport]:
+    return {s: r.on_tasks(tasks) for s, r in by_seed.items()}
+
+
+def seeds_summary(summaries: Mapping[int, Mapping[str, Any]],
+                  subsets: Mapping[int, Subsets | None] | None = None) -> dict[str, Any]:
+    """The multi-seed figures of one config (what seeds_summary.json holds besides provenance): the policies
+    on the trained tasks, BC - random and RL - BC, RL - BC again on each task subset the seeds share (`subsets`:
+    seed -> name -> tasks, e.g. the tasks with and without demonstrations), and, when every seed evaluated
+    tasks held out of training, the policies and RL - BC there."""
     by = per_seed(summaries)
     diffs = [difference_row(by[a], by[b], f"{b} - {a}") for a, b in (("random", "BC"), ("BC", "RL")) if a in by and b in by]
-    return {"seeds": sorted(summaries), "policies": policy_rows(summaries), "differences": diffs,
-            "schedules": sorted({str(s.get("schedule")) for s in summaries.values()})}
+    if "BC" in by and "RL" in by:
+        for name, tasks in common_subsets(subsets or {}).items():
+            diffs.append(difference_row(_on(by["BC"], tasks), _on(by["RL"], tasks), f"RL - BC, {name}"))
+    out = {"seeds": sorted(summaries), "policies": policy_rows(summaries), "differences": diffs,
+           "schedules": sorted({str(s.get("schedule")) for s in summaries.values()})}
+    if all(s.get("held_out_eval") for s in summaries.values()):
+        held = per_seed(summaries, "held_out_eval")
+        out["held_out"] = {"tasks": sorted({t for r in held.get("RL", {}).values() for t in r.per_task}),
+                           "policies": policy_rows(summaries, "held_out_eval"),
+                           "differences": [difference_row(held["BC"], held["RL"], "RL - BC")]
+                           if "BC" in held and "RL" in held else []}
+    return out
 
 
 def compare(a: Mapping[int, Mapping[str, Any]], b: Mapping[int, Mapping[str, Any]], policy: str = "RL",
             label: str = "B - A") -> dict[str, Any]:
     """Config B against config A on `policy`'s success, seed by seed (refused unless the seeds are the same)."""
     return difference_row(per_seed(a)[policy], per_seed(b)[policy], f"{label} ({policy})")
+
+
+def compare_all(a: Mapping[int, Mapping[str, Any]], b: Mapping[int, Mapping[str, Any]], label: str = "B - A",
+                subsets_a: Mapping[int, Subsets | None] | None = None,
+                subsets_b: Mapping[int, Subsets | None] | None = None, policy: str = "RL") -> list[dict[str, Any]]:
+    """Config B against config A seed by seed: on every trained task (`compare`), on each task subset both
+    configs share with the same tasks, and on the tasks held out of training when both evaluated the same
+    ones. Both must have evaluated the same episodes for the pairing to mean anything: refused otherwise."""
+    pa, pb = per_seed(a)[policy], per_seed(b)[policy]
+    for s in set(pa) & set(pb):
+        if set(pa[s].outcomes) != set(pb[s].outcomes):
+            raise ValueError(f"{label}: seed {s} evaluated different episodes on the two sides ({len(pa[s].outcomes)} "
+                             f"vs {len(pb[s].outcomes)} task@seed outcomes); run both with the same report.eval_seeds "
+                             "and tasks")
+    rows = [compare(a, b, policy, label)]
+    sa, sb = common_subsets(subsets_a or {}), common_subsets(subsets_b or {})
+    for name in sorted(set(sa) & set(sb)):
+        if sa[name] == sb[name]:
+            rows.append(difference_row(_on(pa, sa[name]), _on(pb, sa[name]), f"{label} ({policy}, {name})"))
+    ha, hb = per_seed(a, "held_out_eval").get(policy), per_seed(b, "held_out_eval").get(policy)
+    if ha and hb and all(set(ha[s].outcomes) == set(hb[s].outcomes) for s in set(ha) & set(hb)):
+        rows.append(difference_row(ha, hb, f"{label} ({policy}, tasks held out of training)"))
+    return rows
 
 
 def _pct(x: float) -> str:
@@ -114,26 +169,43 @@ def _pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
+def _policy_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = ["| policy | mean success | 95% interval | SD over seeds | min - max | per seed | episodes per seed |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sd = "-" if r["sd"] is None else f"{100 * r['sd']:.1f} pts"
+        lines.append(f"| {r['policy']} | {_pct(r['mean'])} | [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {sd} | "
+                     f"{_pct(r['min'])} - {_pct(r['max'])} | {', '.join(_pct(x) for x in r['per_seed'])} | "
+                     f"{r['episodes_per_seed'][0]} |")
+    return lines
+
+
+def difference_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Markdown rows of `difference_row` results: mean over seeds, its interval, and each seed's paired figure."""
+    lines = ["| comparison | mean over seeds (points) | 95% interval | per seed, paired on the same episodes "
+             "(95% CI, McNemar p) |", "|---|---|---|---|"]
+    for d in rows:
+        per = "; ".join(f"seed {s}: {_pts(v)} [{_pts(lo)}, {_pts(hi)}], p = {p:.2g}"
+                        for s, v, (lo, hi), p in zip(d["seeds"], d["per_seed"], d["per_seed_ci"], d["per_seed_p"]))
+        lines.append(f"| {d['comparison']} | {_pts(d['mean'])} | [{_pts(d['ci_low'])}, {_pts(d['ci_high'])}] | {per} |")
+    return lines
+
+
 def seeds_markdown(result: Mapping[str, Any], title: str = "Over seeds") -> str:
-    """The report's tables: policies (mean, spread, interval) and differences (per seed and over seeds)."""
+    """The report's tables: policies (mean, spread, interval) and differences (per seed and over seeds), then
+    the same on the tasks held out of training where the seeds evaluated them."""
     seeds = result["seeds"]
     lines = [f"# {title}", "", f"Seeds {', '.join(map(str, seeds))} (schedule: {', '.join(result['schedules'])}). "
              "Interval: " + ("the t interval over the per-seed success rates (seeds are the independent units; "
                              "each seed's rate carries its own episode noise, so the interval covers both; "
                              "jaxwebrl/evaluation/seeds.py says why not a bootstrap)." if len(seeds) > 1 else
-                             "one seed: episodes only (no seed variance can be estimated)."), "",
-             "| policy | mean success | 95% interval | SD over seeds | min - max | per seed | episodes per seed |",
-             "|---|---|---|---|---|---|---|"]
-    for r in result["policies"]:
-        sd = "-" if r["sd"] is None else f"{100 * r['sd']:.1f} pts"
-        lines.append(f"| {r['policy']} | {_pct(r['mean'])} | [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {sd} | "
-                     f"{_pct(r['min'])} - {_pct(r['max'])} | {', '.join(_pct(x) for x in r['per_seed'])} | "
-                     f"{r['episodes_per_seed'][0]} |")
+                             "one seed: episodes only (no seed variance can be estimated)."), ""]
+    lines += _policy_table(result["policies"])
     if result["differences"]:
-        lines += ["", "| comparison | mean over seeds (points) | 95% interval | per seed, paired on the same episodes "
-                  "(95% CI, McNemar p) |", "|---|---|---|---|"]
-        for d in result["differences"]:
-            per = "; ".join(f"seed {s}: {_pts(v)} [{_pts(lo)}, {_pts(hi)}], p = {p:.2g}"
-                            for s, v, (lo, hi), p in zip(d["seeds"], d["per_seed"], d["per_seed_ci"], d["per_seed_p"]))
-            lines.append(f"| {d['comparison']} | {_pts(d['mean'])} | [{_pts(d['ci_low'])}, {_pts(d['ci_high'])}] | {per} |")
+        lines += [""] + difference_table(result["differences"])
+    held = result.get("held_out")
+    if held:
+        lines += ["", f"## Tasks held out of training ({', '.join(held['tasks'])})", ""] + _policy_table(held["policies"])
+        if held["differences"]:
+            lines += [""] + difference_table(held["differences"])
     return "\n".join(lines) + "\n"
