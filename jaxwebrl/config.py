@@ -195,7 +195,7 @@ def apply_variants(cfg: ml_collections.ConfigDict, explicit: Collection[str] = (
     if cfg.get("local") and pretrained:  # a paper's local run from a pretrained model (recipes.local)
         from jaxwebrl.recipes.local import pretrained_local_overrides
 
-        overlay(out, pretrained_local_overrides(out.workdir, pretrained, bool(cfg.get("quick"))), "")
+        overlay(out, pretrained_local_overrides(out.workdir, pretrained, bool(cfg.get("quick")), str(out.get("recipe", ""))), "")
     return out
 
 

@@ -158,3 +158,22 @@ def test_paper_local_variant_from_the_pretrained_model_keeps_the_recipe(paper):
         assert run.env.ids_after_names and run.bc.rationale  # every target named before its id
         assert run.workdir == f"{scratch.workdir}_smollm2"
         assert run.bc.steps < scratch.bc.steps and run.optim.lr < scratch.optim.lr
+
+
+def test_openwebrl_from_the_pretrained_model_draws_fewer_groups_an_iteration():
+    """OpenWebRL's two epochs over every turn's whole history do not fit the shared pretrained budget: its
+    pretrained local run draws 2 groups an iteration (at most 4 with dynamic sampling) where the from-scratch
+    run draws 4 (at most 16); another paper's pretrained run keeps the shared budget."""
+
+    def local_run(paper: str, pretrained: str):
+        spec = importlib.util.spec_from_file_location(paper, ROOT / "configs" / f"{paper}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        c = module.get_config()
+        c.local, c.model.pretrained = True, pretrained
+        return parse_config(apply_variants(c, {"model.pretrained"} if pretrained else ()))
+
+    budget = lambda run: (run.rollout.groups_per_iteration, run.rollout.max_groups_per_iteration)  # noqa: E731
+    assert budget(local_run("grpo_openwebrl", "smollm2")) == (2, 4)
+    assert budget(local_run("grpo_openwebrl", "")) == (4, 16)
+    assert budget(local_run("grpo_tpu", "smollm2")) == budget(local_run("grpo_tpu", "")) == (4, 16)

@@ -119,6 +119,16 @@ PRETRAINED_LOCAL = dict(
     optim=dict(lr=2e-5),
     bc=dict(lr=1e-4, steps=60, micro_batch=2, seq_len=2048, context_loss_weight=0.0, rationale=True),
 )
+# A paper whose RL iteration does not fit that budget gets a smaller one here; what makes it that paper (epochs,
+# group size, dynamic sampling, per-turn samples) stays. OpenWebRL trains two epochs over every turn of every
+# episode, each with its whole history: from SmolLM2's BC its iteration 0 drew 5 groups of 5 (dynamic sampling
+# past the 4 asked for), 86 turns of 55k tokens (646 a turn on average, 1,146 the longest), and that first
+# update, 2 x 55k trained tokens at ~110 tokens/s on the shared 2-core machine, had not finished after 30 min
+# (RESULTS.md, "From SmolLM2-135M-Instruct (issue 40 item 3)"). Two groups an iteration, at most four with
+# dynamic sampling, bring it to about 10-20 episodes: half to a quarter of that update.
+PRETRAINED_BY_RECIPE: dict[str, dict[str, Any]] = {
+    "openwebrl": dict(rollout=dict(groups_per_iteration=2, max_groups_per_iteration=4)),
+}
 PRETRAINED_QUICK = dict(
     bc=dict(demonstration_seeds=3, steps=3, micro_batch=1),
     train=dict(micro_batch=1, trainable_layers=2),
@@ -129,8 +139,8 @@ PRETRAINED_QUICK = dict(
 )
 
 
-def pretrained_local_overrides(workdir: str, pretrained: str, quick: bool) -> ml_collections.ConfigDict:
-    """The overlay a local variant gets when it starts from the pretrained model `pretrained`; its workdir is
-    the local variant's (`workdir`) with the model's name appended."""
-    base: dict[str, Any] = dict(PRETRAINED_LOCAL, workdir=f"{workdir}_{pretrained}")
+def pretrained_local_overrides(workdir: str, pretrained: str, quick: bool, recipe: str = "") -> ml_collections.ConfigDict:
+    """The overlay a local variant of the paper `recipe` gets when it starts from the pretrained model
+    `pretrained`; its workdir is the local variant's (`workdir`) with the model's name appended."""
+    base: dict[str, Any] = dict(_merge(PRETRAINED_LOCAL, PRETRAINED_BY_RECIPE.get(recipe, {})), workdir=f"{workdir}_{pretrained}")
     return ml_collections.ConfigDict(_merge(base, PRETRAINED_QUICK) if quick else base)
