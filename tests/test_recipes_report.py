@@ -157,6 +157,8 @@ def test_seeds_report_on_task_subsets_held_out_tasks_and_two_configs_hand_values
     assert overall["per_seed"] == [pytest.approx(3 / 8), pytest.approx(1 / 8)]
     held_rl = next(p for p in result["held_out"]["policies"] if p["policy"] == "RL")
     assert held_rl["per_seed"] == [0.0, 0.25] and result["held_out"]["tasks"] == ["h"]
+    # a rate's interval stays in [0, 1]: the t interval of (0, 0.25) over 2 seeds is 0.125 -/+ 1.59
+    assert (held_rl["ci_low"], held_rl["ci_high"]) == (0.0, 1.0)
     assert result["held_out"]["differences"][0]["per_seed"] == [0.0, pytest.approx(0.25)]
     md = seeds_markdown(result)
     assert "| RL - BC, tasks with demonstrations | +37.5 |" in md and "## Tasks held out of training (h)" in md

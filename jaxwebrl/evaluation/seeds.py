@@ -65,7 +65,8 @@ def policy_rows(summaries: Mapping[int, Mapping[str, Any]], key: str = "eval") -
                                "episodes_per_seed": [r.episodes for r in by_seed.values()]}
         if len(rates) >= 2:
             row.update(sd=float(np.std(rates, ddof=1)), min=min(rates), max=max(rates), interval="t over seeds")
-            row["ci_low"], row["ci_high"] = t_interval(rates)
+            lo, hi = t_interval(rates)  # a rate lies in [0, 1]; with few seeds the t interval can reach past it
+            row["ci_low"], row["ci_high"] = max(0.0, lo), min(1.0, hi)
         else:
             (only,) = by_seed.values()
             row.update(sd=None, min=rates[0], max=rates[0], interval="Wilson, episodes only (1 seed)")
