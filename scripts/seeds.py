@@ -9,9 +9,11 @@
 Each seed runs the main job (`scripts/train.py`, its own process) into <workdir>/seed_<k> with `--config.seed=k`;
 a seed whose summary.json exists is not run again, and an interrupted one resumes per stage. Then
 <workdir>/seeds_report.md and seeds_summary.json give, for random / BC / RL, the mean success, the spread
-over seeds and a 95% interval over seeds and episodes, and RL - BC per seed and over seeds
+over seeds and a 95% interval over seeds and episodes, and RL - BC per seed and over seeds, also on the tasks
+with and without demonstrations (from each seed's demonstrations.jsonl) and on the tasks held out of training
 (`jaxwebrl.evaluation.seeds` says which interval and why). `--compare A` adds this config minus config A on RL
-success, paired seed by seed (refused unless both ran the same seeds). `scripts/results_tables.py --add` puts
+success, paired seed by seed on every task, on each shared task subset and on the held-out tasks (refused
+unless both ran the same seeds on the same episodes). `scripts/results_tables.py --add` puts
 the result in the README's and RESULTS.md's tables.
 """
 
