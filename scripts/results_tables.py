@@ -48,6 +48,11 @@ def _interval(d: dict[str, Any]) -> list[float]:
     return [d["ci_low"], d["ci_high"]]
 
 
+def _seeds_policy(p: dict[str, Any]) -> dict[str, Any]:
+    """A policy row of seeds_summary.json as a record's entry: mean, interval and its kind, episodes per seed."""
+    return {"mean": p["mean"], "ci": [p["ci_low"], p["ci_high"]], "interval": p["interval"], "n": p["episodes_per_seed"][0]}
+
+
 def record_from_run(workdir: Path, table: str, what: str) -> dict[str, Any]:
     """A record from `workdir`'s seeds_summary.json (several seeds) or summary.json (one)."""
     seeds_file, single_file = workdir / "seeds_summary.json", workdir / "summary.json"
@@ -63,8 +68,7 @@ def record_from_run(workdir: Path, table: str, what: str) -> dict[str, Any]:
             prov["commit"] = ",".join(commits)
             prov.setdefault("command", f"scripts/seeds.py --report (each seed: {run_provs[0].get('command', '?')})")
         loads = [r["provenance"].get(k) for r in runs.values() if r.get("provenance") for k in ("load_start", "load_end")]
-        policies = {p["policy"]: {"mean": p["mean"], "ci": [p["ci_low"], p["ci_high"]], "interval": p["interval"],
-                                  "per_seed": p["per_seed"], "n": p["episodes_per_seed"][0]} for p in s["policies"]}
+        policies = {p["policy"]: {**_seeds_policy(p), "per_seed": p["per_seed"]} for p in s["policies"]}
         diff = next((d for d in s["differences"] if d["comparison"] == "RL - BC"), None)
         fired = sum(sum(v.values()) for r in runs.values() for v in (r.get("timeouts") or {}).values())
         walls = [r["wall_s"] for r in runs.values() if r.get("wall_s")]
@@ -77,9 +81,8 @@ def record_from_run(workdir: Path, table: str, what: str) -> dict[str, Any]:
                     "mean": diff["mean"], "ci": [diff["ci_low"], diff["ci_high"]], "interval": diff["interval"],
                     "per_seed": diff["per_seed"], "per_seed_p": diff["per_seed_p"]},
                 "timeouts_fired": fired, "source": f"{seeds_file} ({len(s['seeds'])} seeds)",
-                **({"held_out": {p["policy"]: {"mean": p["mean"], "ci": [p["ci_low"], p["ci_high"]],
-                                               "interval": p["interval"], "n": p["episodes_per_seed"][0]}
-                                 for p in s["held_out"]["policies"]}} if s.get("held_out") else {})}
+                **({"held_out": {p["policy"]: _seeds_policy(p) for p in s["held_out"]["policies"]}}
+                   if s.get("held_out") else {})}
     if not single_file.exists():
         raise SystemExit(f"{workdir}: neither seeds_summary.json nor summary.json; give a run's workdir")
     s = json.loads(single_file.read_text())

@@ -56,10 +56,11 @@ def per_seed(summaries: Mapping[int, Mapping[str, Any]], key: str = "eval") -> d
     return out
 
 
-def policy_rows(summaries: Mapping[int, Mapping[str, Any]], key: str = "eval") -> list[dict[str, Any]]:
-    """Per policy: per-seed success, mean, SD and range over seeds, the 95% interval (above) and its kind."""
+def policy_rows(by_policy: Mapping[str, Mapping[int, EvalReport]]) -> list[dict[str, Any]]:
+    """Per policy (`per_seed`'s result): per-seed success, mean, SD and range over seeds, the 95% interval
+    (above) and its kind."""
     rows = []
-    for name, by_seed in per_seed(summaries, key).items():
+    for name, by_seed in by_policy.items():
         rates = [r.success_rate for r in by_seed.values()]
         row: dict[str, Any] = {"policy": name, "seeds": list(by_seed), "per_seed": rates, "mean": float(np.mean(rates)),
                                "episodes_per_seed": [r.episodes for r in by_seed.values()]}
@@ -122,12 +123,12 @@ def seeds_summary(summaries: Mapping[int, Mapping[str, Any]],
     if "BC" in by and "RL" in by:
         for name, tasks in common_subsets(subsets or {}).items():
             diffs.append(difference_row(_on(by["BC"], tasks), _on(by["RL"], tasks), f"RL - BC, {name}"))
-    out = {"seeds": sorted(summaries), "policies": policy_rows(summaries), "differences": diffs,
+    out = {"seeds": sorted(summaries), "policies": policy_rows(by), "differences": diffs,
            "schedules": sorted({str(s.get("schedule")) for s in summaries.values()})}
     if all(s.get("held_out_eval") for s in summaries.values()):
         held = per_seed(summaries, "held_out_eval")
         out["held_out"] = {"tasks": sorted({t for r in held.get("RL", {}).values() for t in r.per_task}),
-                           "policies": policy_rows(summaries, "held_out_eval"),
+                           "policies": policy_rows(held),
                            "differences": [difference_row(held["BC"], held["RL"], "RL - BC")]
                            if "BC" in held and "RL" in held else []}
     return out
@@ -151,7 +152,7 @@ def compare_all(a: Mapping[int, Mapping[str, Any]], b: Mapping[int, Mapping[str,
             raise ValueError(f"{label}: seed {s} evaluated different episodes on the two sides ({len(pa[s].outcomes)} "
                              f"vs {len(pb[s].outcomes)} task@seed outcomes); run both with the same report.eval_seeds "
                              "and tasks")
-    rows = [compare(a, b, policy, label)]
+    rows = [difference_row(pa, pb, f"{label} ({policy})")]
     sa, sb = common_subsets(subsets_a or {}), common_subsets(subsets_b or {})
     for name in sorted(set(sa) & set(sb)):
         if sa[name] == sb[name]:
