@@ -20,6 +20,7 @@ the result in the README's and RESULTS.md's tables.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -31,8 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jaxwebrl.evaluation import provenance  # noqa: E402
+from jaxwebrl.evaluation.rl_signal import SIGNAL_NOTE, read_signal, signal_table, sum_signals  # noqa: E402
 from jaxwebrl.evaluation.seeds import (  # noqa: E402
-    compare_all, difference_table, report_from_dict, seeds_markdown, seeds_summary)
+    common_subsets, compare_all, difference_table, per_seed, report_from_dict, seeds_markdown, seeds_summary)
 
 SEEDS_SUMMARY = "seeds_summary.json"
 SEEDS_REPORT = "seeds_report.md"
@@ -76,6 +78,24 @@ def read_seed_subsets(workdir: Path, runs: dict[int, dict]) -> dict[int, dict[st
     return out
 
 
+def rl_signal_over_seeds(workdir: Path, runs: dict[int, dict], subsets: dict) -> tuple[dict, str] | None:
+    """The RL groups of every seed summed by task (`jaxwebrl.evaluation.rl_signal`) and their table beside BC's
+    and RL's greedy successes summed over the seeds; None unless every seed kept its rl/rollouts.jsonl."""
+    files = [workdir / f"seed_{k}" / "rl" / "rollouts.jsonl" for k in runs]
+    if not all(f.exists() for f in files):
+        return None
+    signal = sum_signals([read_signal(f) for f in files])
+    greedy: dict[str, dict[str, tuple[int, int]]] = {}
+    for name, by_seed in per_seed(runs).items():
+        if name in ("BC", "RL"):
+            for report in by_seed.values():
+                for task, (s, n) in report.per_task.items():
+                    a, b = greedy.setdefault(name, {}).get(task, (0, 0))
+                    greedy[name][task] = (a + s, b + n)
+    table = signal_table(signal, greedy, common_subsets(subsets))
+    return {t: dataclasses.asdict(s) for t, s in sorted(signal.items())}, table
+
+
 def run_seed(config: str, seed: int, workdir: Path, flags: list[str]) -> None:
     out = workdir / f"seed_{seed}"
     if (out / "summary.json").exists():
@@ -101,15 +121,19 @@ def write_report(workdir: Path, driver: dict | None, compare_with: Path | None) 
         result["comparisons"] = rows
         md += (f"\n## {workdir.name} - {compare_with.name}, seed by seed on the same episodes\n\n"
                + "\n".join(difference_table(rows)) + "\n")
-    per_seed = {k: {"workdir": str(workdir / f"seed_{k}"), "wall_s": r.get("wall_s"),
-                    "provenance": r.get("provenance"), "timeouts": r.get("timeouts")} for k, r in runs.items()}
+    signal = rl_signal_over_seeds(workdir, runs, subsets)
+    if signal is not None:
+        result["rl_signal"], table = signal
+        md += f"\n## What RL learned from, by task, summed over the seeds\n\n{SIGNAL_NOTE}\n\n{table}\n"
+    seed_runs = {k: {"workdir": str(workdir / f"seed_{k}"), "wall_s": r.get("wall_s"),
+                     "provenance": r.get("provenance"), "timeouts": r.get("timeouts")} for k, r in runs.items()}
     md += "\n## Runs\n\n| seed | commit | date | wall | load average start / end | timeouts fired |\n|---|---|---|---|---|---|\n"
-    for k, r in per_seed.items():
+    for k, r in seed_runs.items():
         p = r["provenance"] or {}
         fired = sum(sum(v.values()) for v in (r["timeouts"] or {}).values())
         wall = f"{r['wall_s'] / 60:.1f} min" if r["wall_s"] else "-"
         md += f"| {k} | {p.get('commit', '?')} | {p.get('date', '?')} | {wall} | {p.get('load_start')} / {p.get('load_end')} | {fired} |\n"
-    summary = {**result, "runs": per_seed, "provenance": driver or {}}
+    summary = {**result, "runs": seed_runs, "provenance": driver or {}}
     if driver is None and (workdir / SEEDS_SUMMARY).exists():  # a rebuilt report keeps the driver's record
         summary["provenance"] = json.loads((workdir / SEEDS_SUMMARY).read_text()).get("provenance", {})
     (workdir / SEEDS_SUMMARY).write_text(json.dumps(summary, indent=2, default=str))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,14 @@ def test_quick_main_job_end_to_end(quick_run):
     n_eval = sum(r["episodes"] for r in summary["eval"].values())
     n_rollouts = len((work / "viewer_episodes.jsonl").read_text().splitlines())
     assert n_rollouts > 0 and html.count('"key":') == n_eval + n_rollouts
+    # what RL learned from: every group in rl/rollouts.jsonl counted once, those with differing rewards apart
+    rows = [json.loads(line) for line in (work / "rl" / "rollouts.jsonl").read_text().splitlines()]
+    groups: dict[str, set[float]] = {}
+    for r in rows:
+        groups.setdefault(r["group_id"], set()).add(r["reward"])
+    varied = sum(len(g) > 1 for g in groups.values())
+    assert rows and "## What RL learned from, by task" in report
+    assert f"| **all tasks** | {len(groups)} | " in report and f" | {varied} | " in report.split("**all tasks**")[1]
 
 
 def test_one_mgrpo_iteration_updates_policy_and_engine(quick_run):
@@ -103,8 +112,6 @@ def test_one_mgrpo_iteration_updates_policy_and_engine(quick_run):
 
 def test_bc_rows_shorter_than_a_demonstration_are_refused(quick_run, tmp_path):
     """Packing would cut the response off a sample longer than the row: the run stops and names the field."""
-    import shutil
-
     from jaxwebrl.main_job.stages import behaviour_cloning
 
     cfg, _ = quick_run
@@ -120,7 +127,6 @@ def test_bc_rows_shorter_than_a_demonstration_are_refused(quick_run, tmp_path):
 
 def test_killed_run_resumes_from_its_last_checkpoint(quick_run, tmp_path):
     """SIGKILL the whole process group during RL (as a preempted machine would), then run the same command."""
-    import shutil
     import subprocess
     import sys
     import time
@@ -314,8 +320,6 @@ def _busy_loops(n: int) -> list:
 def _rl_only(cfg, work: Path, **changes):
     """The quick job's RL stage alone from the fixture run's BC (its policy_init, bc/ and demonstrations
     copied), no report."""
-    import shutil
-
     from jaxwebrl.main_job.stages import run_main_job
 
     src = Path(cfg.workdir)
@@ -432,8 +436,9 @@ def test_seeds_report_and_results_record_from_run_summaries(quick_run, tmp_path)
     rl_eval["outcomes"][first] = not rl_eval["outcomes"][first]
     rl_eval["per_task"][first.rsplit("@", 1)[0]]["successes"] += 1 if rl_eval["outcomes"][first] else -1
     for seed, s in ((0, summary), (1, flipped)):
-        (work / f"seed_{seed}").mkdir(parents=True)
+        (work / f"seed_{seed}" / "rl").mkdir(parents=True)
         (work / f"seed_{seed}" / "summary.json").write_text(json.dumps(s, default=str))
+        shutil.copy(Path(cfg.workdir) / "rl" / "rollouts.jsonl", work / f"seed_{seed}" / "rl" / "rollouts.jsonl")
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "seeds.py"), "--report", str(work)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -443,6 +448,11 @@ def test_seeds_report_and_results_record_from_run_summaries(quick_run, tmp_path)
     assert result["seeds"] == [0, 1] and abs(rl["per_seed"][1] - rl["per_seed"][0]) == pytest.approx(1 / n)
     assert rl["interval"] == "t over seeds" and rl["ci_low"] < rl["mean"] < rl["ci_high"]
     assert "| RL |" in (work / "seeds_report.md").read_text() and "## Runs" in (work / "seeds_report.md").read_text()
+    from jaxwebrl.evaluation.rl_signal import read_signal  # both seeds' copies of one file: every count doubles
+
+    once = read_signal(Path(cfg.workdir) / "rl" / "rollouts.jsonl")
+    assert once and {t: v["groups"] for t, v in result["rl_signal"].items()} == {t: 2 * v.groups for t, v in once.items()}
+    assert "## What RL learned from, by task, summed over the seeds" in (work / "seeds_report.md").read_text()
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "seeds.py"), "--report", str(work), "--compare",
                           str(tmp_path / "none")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "no seed_<k>/summary.json" in bad.stderr

@@ -72,6 +72,38 @@ def test_paired_table_splits_tasks_with_and_without_demonstrations() -> None:
                     "| RL - BC, without demos | +50.0% [+1.0%, +99.0%] n=4 | 2 / 0 | 0.5 |"]
 
 
+def test_rl_signal_counts_groups_with_differing_rewards_hand_values(tmp_path: Path) -> None:
+    """rl/rollouts.jsonl -> per task: groups played, kept, with differing rewards (the only ones with a GRPO
+    advantage), sampled successes by the episodes' own flag (a shaped reward of 0.5 is not a success); then the
+    table beside the greedy successes, summed over a subset and over all tasks; a line that is not a saved
+    trajectory names the file and line."""
+    from jaxwebrl.evaluation.rl_signal import TaskSignal, read_signal, signal_table, sum_signals
+
+    def row(task: str, group: str, reward: float, success: bool, kept: bool = True) -> str:
+        return json.dumps({"task_id": task, "group_id": group, "reward": reward, "turns": [],
+                           "metadata": {"success": success, "group_kept": kept}}) + "\n"
+
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text(row("a", "g1", 1.0, True) + row("a", "g1", 0.0, False) + row("a", "g1", 0.5, False)
+                        + "".join(row("a", "g2", 0.0, False, kept=False) for _ in range(3))
+                        + row("b", "g3", 1.0, True) + row("b", "g3", 1.0, True) + "\n")
+    signal = read_signal(rollouts)
+    assert signal == {"a": TaskSignal(groups=2, trained=1, varied=1, episodes=6, successes=1),
+                      "b": TaskSignal(groups=1, trained=1, varied=0, episodes=2, successes=2)}
+    assert sum_signals([signal, signal])["a"] == TaskSignal(4, 2, 2, 12, 2)
+    greedy = {"BC": {"a": (1, 4), "b": (2, 4)}, "RL": {"a": (3, 4), "b": (2, 4)}}
+    rows = signal_table(signal, greedy, {"with demos": {"a"}}).splitlines()
+    assert rows[0] == ("| task | groups played | trained on | rewards differ | sampled success | BC (greedy) | "
+                       "RL (greedy) |")
+    assert rows[2:] == ["| a | 2 | 1 | 1 | 1/6 (17%) | 1/4 (25%) | 3/4 (75%) |",
+                        "| b | 1 | 1 | 0 | 2/2 (100%) | 2/4 (50%) | 2/4 (50%) |",
+                        "| **with demos** | 2 | 1 | 1 | 1/6 (17%) | 1/4 (25%) | 3/4 (75%) |",
+                        "| **all tasks** | 3 | 2 | 1 | 3/8 (38%) | 3/8 (38%) | 5/8 (62%) |"]
+    rollouts.write_text(row("a", "g1", 1.0, True) + '{"task_id": "a"}\n')
+    with pytest.raises(ValueError, match="rollouts.jsonl:2: not a saved trajectory with a group_id"):
+        read_signal(rollouts)
+
+
 def test_demo_subsets_read_the_demonstrated_tasks_from_the_demo_file(tmp_path: Path) -> None:
     from jaxwebrl.evaluation.report import demonstration_subsets as demo_subsets
 

@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from jaxwebrl.evaluation.evaluate import EvalReport, paired_difference  # noqa: E402
+from jaxwebrl.evaluation.rl_signal import SIGNAL_NOTE, read_signal, signal_table  # noqa: E402
 
 
 def success_table(reports: Mapping[str, EvalReport]) -> str:
@@ -230,9 +231,11 @@ def timeouts_line(timeouts: Mapping[str, Mapping[str, int]]) -> str:
 
 def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], history: Sequence[Mapping[str, Any]],
                      seconds: Mapping[str, float], final_policy: str, demo_file: Path | None,
-                     held_out: Mapping[str, EvalReport] | None = None, summary: Mapping[str, Any] | None = None) -> Path:
+                     held_out: Mapping[str, EvalReport] | None = None, summary: Mapping[str, Any] | None = None,
+                     rollouts: Path | None = None) -> Path:
     """The main job's report.md: the tables and plots of `write_report` plus what was run (seed, schedule,
-    commit, machine load, the timeouts that fired), how long each stage took, what each policy is, the policies
+    commit, machine load, the timeouts that fired), how long each stage took, what each policy is, what RL had
+    to learn from on each task (`rollouts`: the RL stage's rollouts.jsonl; `rl_signal`), the policies
     on the held-out tasks (`report.held_out_tasks`), and the exported policy loaded back with transformers.
     Also prints the tables."""
     wall = sum(seconds.values())
@@ -265,6 +268,10 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
         sections["Policies"] += (" Tasks without demonstrations: "
                                  f"{', '.join(sorted(subsets['tasks without demonstrations']))}; BC meets them "
                                  "first here and RL learns them from reward alone.")
+    if history and rollouts is not None and rollouts.exists():
+        greedy = {n: reports[n].per_task for n in ("BC", "RL") if n in reports}
+        sections["What RL learned from, by task"] = (f"{SIGNAL_NOTE}\n\n"
+                                                      f"{signal_table(read_signal(rollouts), greedy, subsets)}")
     if held_out:
         sections["Held-out tasks"] = (
             f"Tasks in neither the demonstrations nor the RL tasks ({', '.join(run.report.held_out_task_names)}), "

@@ -35,7 +35,7 @@ from jaxwebrl.evaluation import provenance
 from jaxwebrl.evaluation.evaluate import EvalReport, evaluate
 from jaxwebrl.evaluation.report import StageClock, write_run_report
 from jaxwebrl.fields import with_changes
-from jaxwebrl.main_job.online import OnlineRL, run_engine_config
+from jaxwebrl.main_job.online import ROLLOUTS, OnlineRL, run_engine_config
 from jaxwebrl.main_job.vl_bc import init_vl_policy, vl_demonstration_batches
 from jaxwebrl.models import export_hf, init_params
 from jaxwebrl.models.tokenizer import train_tokenizer
@@ -345,7 +345,8 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
     summary["provenance"] = provenance.run_end(started)
     if run.report.enabled:
         path = write_run_report(run, work, reports, history, clock.seconds, final,
-                                work / DEMONSTRATIONS_FILE if start else None, held_out=held_out, summary=summary)
+                                work / DEMONSTRATIONS_FILE if start else None, held_out=held_out, summary=summary,
+                                rollouts=work / "rl" / ROLLOUTS)
         log(f"report: {path}")
     (work / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
     return summary
