@@ -11,7 +11,8 @@ a seed whose summary.json exists is not run again, and an interrupted one resume
 <workdir>/seeds_report.md and seeds_summary.json give, for random / BC / RL, the mean success, the spread
 over seeds and a 95% interval over seeds and episodes, and RL - BC per seed and over seeds, also on the tasks
 with and without demonstrations (from each seed's demonstrations.jsonl) and on the tasks held out of training
-(`jaxwebrl.evaluation.seeds` says which interval and why). `--compare A` adds this config minus config A on RL
+(`jaxwebrl.evaluation.seeds` says which interval and why), and what RL had to learn from on each task summed over
+the seeds (`jaxwebrl.evaluation.rl_signal`, from each seed's rl/rollouts.jsonl). `--compare A` adds this config minus config A on RL
 success, paired seed by seed on every task, on each shared task subset and on the held-out tasks (refused
 unless both ran the same seeds on the same episodes). `scripts/results_tables.py --add` puts
 the result in the README's and RESULTS.md's tables.
