@@ -29,6 +29,7 @@ from jaxwebrl.browser.lease import SessionLease
 from jaxwebrl.browser.observation import Observation, observe
 from jaxwebrl.browser.safety import Allowlist
 from jaxwebrl.browser.session import AgentTimeout, BrowserSession
+from jaxwebrl.browser.stall import run_within
 from jaxwebrl.browser.task import EvalResult, Task
 
 INLINE_PARSE_CHARS = 8_192  # responses up to this long parse on the loop (well under a millisecond)
@@ -111,8 +112,8 @@ class BrowserEnv:
     async def _start(self, task: Task, seed: int, origins: tuple[str, ...], reuse: bool) -> Observation:
         allowlist = Allowlist(origins, allow_data_urls=self.config.allow_data_urls)
         self.session, self._reused = await self.lease.open(allowlist, self.config, self._reuse_key if reuse else None)
-        self.goal = await asyncio.wait_for(task.setup(self.session, seed), self.config.step_timeout_s)
-        return await asyncio.wait_for(self._observe(self.session), self.config.step_timeout_s)
+        self.goal = await run_within(task.setup(self.session, seed), self.config.step_timeout_s)
+        return await run_within(self._observe(self.session), self.config.step_timeout_s)
 
     async def _observe(self, session: BrowserSession) -> Observation:
         if self.observe_slot is None:
@@ -178,15 +179,16 @@ class BrowserEnv:
         deadline = loop.time() + min(self.config.step_timeout_s, episode_left)
         self.session.start_step(deadline)
         try:
-            result = await asyncio.wait_for(self._step(text), max(deadline - loop.time(), 0.001))
+            result = await run_within(self._step(text), max(deadline - loop.time(), 0.001))
         except AgentTimeout as exc:
             return self._agent_timeout(str(exc))
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError as exc:
             self.timeouts["step"] += 1
             healthy = await self.lease.check_health()
             if healthy and self.session is not None and self.session.agent_wait_s >= self.config.step_timeout_s / 2:
                 return self._agent_timeout(f"the policy's waits took {self.session.agent_wait_s:.1f} s of the step")
-            self._end("env_error", "step timed out" + ("" if healthy else "; browser hung and was restarted"))
+            where = f" waiting in {exc}" if str(exc) else ""
+            self._end("env_error", "step timed out" + where + ("" if healthy else "; browser hung and was restarted"))
             return StepResult(self._empty_obs(), "Environment error: the step timed out.", False, True, None, "env_error")
         except Exception as exc:
             self._end("env_error", f"{type(exc).__name__}: {str(exc)[:300]}")
@@ -262,7 +264,7 @@ class BrowserEnv:
         if self.lease.crashed:
             return self._lost_before_evaluation()
         try:
-            res = await asyncio.wait_for(self.task.evaluate(self.session, self.answer), self.config.step_timeout_s)
+            res = await run_within(self.task.evaluate(self.session, self.answer), self.config.step_timeout_s)
         except Exception as exc:
             self.timeouts["evaluate"] += isinstance(exc, asyncio.TimeoutError)
             if self.lease.crashed or not self.lease.connected():

@@ -58,6 +58,9 @@ def test_hung_browser_is_killed_and_relaunched(runner, sites):
             t0 = time.monotonic()
             r = await env.step(f"click('{find_id(obs, 'button', 'Press me')}')")
             assert r.done and r.termination_reason == "env_error" and time.monotonic() - t0 < 20
+            # the error says where the step waited: the click's element lookup, in Playwright, when it was stopped
+            assert env.error.startswith("step timed out waiting in _step (browser/env.py:"), env.error
+            assert "-> click (browser/actions/common.py:" in env.error and env.error.endswith("was restarted"), env.error
             await pool.wait_ready(30)
             assert pool.browser_pids(0) != [pid]
             obs = await env.reset(pg_task(sites), 0)

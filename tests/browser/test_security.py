@@ -281,7 +281,7 @@ def test_no_vector_reaches_a_forbidden_origin(runner, any_pool, hostile, space):
                 for name in site.pages:
                     r = await env.step(_goto(space, f"{site.url}/v/{name}"))
                     steps += 1
-                    assert not r.done and "LEAKED" not in r.observation.text, (name, r.feedback)
+                    assert not r.done and "LEAKED" not in r.observation.text, (name, r.feedback, env.error)
                 # the agent navigates itself: a redirect hop to the forbidden origin, and a data: page with script
                 for url in (f"{site.url}/redirect?to={site.forbidden}/goto-redirect", f"{site.url}/redirect2",
                             "data:text/html,<script>new WebSocket('ws://" + site.forbidden[7:] + "/data-ws');"
