@@ -41,7 +41,7 @@ def _frame_name(frame: Any) -> str:
 
 def await_chain(awaitable: Any) -> list[str]:
     """The frames a suspended coroutine is waiting in, outermost first, ending with what the innermost awaits
-    (a Future, a sleep). Follows `asyncio.wait_for` and `asyncio.shield` into the task they run."""
+    (a Future, a sleep). Follows `asyncio.wait_for` into the task it runs."""
     chain: list[str] = []
     obj = awaitable
     while obj is not None and len(chain) < MAX_FRAMES:
@@ -56,7 +56,7 @@ def await_chain(awaitable: Any) -> list[str]:
             break
         chain.append(_frame_name(frame))
         inner = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
-        task = frame.f_locals.get("fut") if frame.f_code.co_name in ("wait_for", "shield") else None
+        task = frame.f_locals.get("fut") if frame.f_code.co_name == "wait_for" else None
         obj = task if isinstance(task, asyncio.Task) else inner
     return chain
 
