@@ -12,8 +12,8 @@ page; the first turn falls in one of:
 - `the goal's element`: a line of the page whose quoted label is in the task's goal;
 - `another labelled element`: a line of the page whose label the goal does not name (the wrong choice);
 - `an unlabelled element`: a line of the page with an empty label (a textbox: the goal cannot name it);
-and, for the parsed ones, whether the action's id is the named line's. Counts are per policy, task and outcome,
-summed over the runs.
+and, for the parsed ones, whether the action's id is the named line's; and whether the answer writes several
+actions. Counts are per policy, task and outcome, summed over the runs.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 THINK = re.compile(r"<think>(?P<line>.*?) \[(?P<id>\d+)\]</think>\s*\w+\('(?P<action_id>[^']*)'")
 LABEL = re.compile(r"'(?P<label>.*)'")
 GOAL = re.compile(r"Task: (?P<goal>.*)")
+ACTION = re.compile(r"\b[a-z_]+\('")
 CATEGORIES = ("the goal's element", "another labelled element", "an unlabelled element", "invented line", "unparsed")
 
 
@@ -50,8 +51,13 @@ def classify_first_turn(prompt: str, response: str) -> tuple[str, bool | None]:
     return ("the goal's element" if label.lower() in goal.lower() else "another labelled element"), same_id
 
 
+def action_count(response: str) -> int:
+    """How many actions the answer writes after its `<think>` (BC's focus-text-2 answers write four)."""
+    return len(ACTION.findall(response.split("</think>", 1)[-1]))
+
+
 def count_run(run: Path, counts: collections.Counter, tokenizer=None) -> None:
-    """Add one run's first turns to `counts[(policy, task, succeeded, category, same_id)]`."""
+    """Add one run's first turns to `counts[(policy, task, succeeded, category, same_id, several_actions)]`."""
     from transformers import AutoTokenizer
 
     tok = tokenizer or AutoTokenizer.from_pretrained(str(run / "bc" / "hf"))
@@ -61,13 +67,17 @@ def count_run(run: Path, counts: collections.Counter, tokenizer=None) -> None:
             if not episode["turns"]:
                 continue
             turn = episode["turns"][0]
-            category, same_id = classify_first_turn(tok.decode(turn["prompt_ids"]), tok.decode(turn["response_ids"]))
-            counts[(path.stem, episode["task_id"].split(".", 1)[-1], episode["reward"] > 0, category, same_id)] += 1
+            response = tok.decode(turn["response_ids"])
+            category, same_id = classify_first_turn(tok.decode(turn["prompt_ids"]), response)
+            counts[(path.stem, episode["task_id"].split(".", 1)[-1], episode["reward"] > 0, category, same_id,
+                    action_count(response) > 1)] += 1
 
 
 def table(counts: collections.Counter, tasks: list[str] | None = None) -> str:
-    """Markdown: per policy and outcome, the first turns by category (ids copied right / wrong in brackets)."""
-    rows = ["| policy | outcome | " + " | ".join(CATEGORIES) + " |", "|---|---|" + "---|" * len(CATEGORIES)]
+    """Markdown: per policy and outcome, the first turns by category (ids copied right / wrong in brackets), and
+    how many of them write several actions."""
+    rows = ["| policy | outcome | " + " | ".join(CATEGORIES) + " | several actions |",
+            "|---|---|" + "---|" * (len(CATEGORIES) + 1)]
     for policy in sorted({k[0] for k in counts}):
         for ok in (True, False):
             cells = []
@@ -77,7 +87,9 @@ def table(counts: collections.Counter, tasks: list[str] | None = None) -> str:
                 n = sum(counts[k] for k in keys)
                 wrong_id = sum(counts[k] for k in keys if k[4] is False)
                 cells.append(f"{n}" + (f" ({wrong_id} id differs)" if wrong_id else ""))
-            rows.append(f"| {policy} | {'success' if ok else 'failure'} | " + " | ".join(cells) + " |")
+            several = sum(n for k, n in counts.items() if k[0] == policy and k[2] == ok and k[5]
+                          and (tasks is None or k[1] in tasks))
+            rows.append(f"| {policy} | {'success' if ok else 'failure'} | " + " | ".join(cells) + f" | {several} |")
     return "\n".join(rows)
 
 

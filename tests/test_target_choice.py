@@ -32,10 +32,16 @@ def test_each_category_from_a_hand_written_answer() -> None:
 
 
 def test_table_counts_and_marks_differing_ids() -> None:
-    counts = collections.Counter({("BC", "click-button", False, "another labelled element", True): 2,
-                                  ("BC", "click-button", True, "the goal's element", True): 1,
-                                  ("BC", "click-link", True, "the goal's element", False): 3})
+    counts = collections.Counter({("BC", "click-button", False, "another labelled element", True, False): 2,
+                                  ("BC", "click-button", True, "the goal's element", True, False): 1,
+                                  ("BC", "click-link", True, "the goal's element", False, True): 3})
     rows = target_choice.table(counts).splitlines()
-    assert rows[2] == "| BC | success | 4 (3 id differs) | 0 | 0 | 0 | 0 |"
-    assert rows[3] == "| BC | failure | 0 | 2 | 0 | 0 | 0 |"
-    assert target_choice.table(counts, ["click-button"]).splitlines()[2] == "| BC | success | 1 | 0 | 0 | 0 | 0 |"
+    assert rows[2] == "| BC | success | 4 (3 id differs) | 0 | 0 | 0 | 0 | 3 |"
+    assert rows[3] == "| BC | failure | 0 | 2 | 0 | 0 | 0 | 0 |"
+    assert target_choice.table(counts, ["click-button"]).splitlines()[2] == "| BC | success | 1 | 0 | 0 | 0 | 0 | 0 |"
+
+
+def test_action_count_reads_after_the_think() -> None:
+    assert target_choice.action_count("<think>textbox '' [4]</think>focus('1')focus('2')focus('3')<|im_end|>") == 3
+    assert target_choice.action_count("<think>button 'click('x')' [2]</think>click('2')") == 1  # the think is skipped
+    assert target_choice.action_count("<think>textbox '' [4]</think><|im_end|>") == 0
