@@ -56,11 +56,11 @@ def action_count(response: str) -> int:
     return len(ACTION.findall(response.split("</think>", 1)[-1]))
 
 
-def count_run(run: Path, counts: collections.Counter, tokenizer=None) -> None:
+def count_run(run: Path, counts: collections.Counter) -> None:
     """Add one run's first turns to `counts[(policy, task, succeeded, category, same_id, several_actions)]`."""
     from transformers import AutoTokenizer
 
-    tok = tokenizer or AutoTokenizer.from_pretrained(str(run / "bc" / "hf"))
+    tok = AutoTokenizer.from_pretrained(str(run / "bc" / "hf"))
     for path in sorted((run / "episodes").glob("*.jsonl")):
         for raw in path.read_text().splitlines():
             episode = json.loads(raw)

@@ -66,7 +66,7 @@ async def run_within(coro: Coroutine[Any, Any, T], timeout: float) -> T:
     (a TimeoutError) raised. Cancelling the caller cancels the coroutine, as wait_for does."""
     task = asyncio.ensure_future(coro)
     try:
-        done, _ = await asyncio.wait({task}, timeout=timeout)
+        await asyncio.wait({task}, timeout=timeout)
     except asyncio.CancelledError:
         task.cancel()
         with contextlib.suppress(BaseException):
