@@ -54,9 +54,14 @@ def test_result_error_and_outer_cancellation_pass_through():
         with pytest.raises(ValueError, match="boom"):
             await run_within(fails(), 60)
         never = asyncio.get_running_loop().create_future()
-        outer = asyncio.ensure_future(run_within(_innermost(never), 3600))
-        while not never._callbacks:  # the inner coroutine is waiting on `never`
-            await asyncio.sleep(0)
+        waiting = asyncio.Event()
+
+        async def wait_on_never() -> None:
+            waiting.set()
+            await never  # no yield between the two: once `waiting` is seen, this awaits `never`
+
+        outer = asyncio.ensure_future(run_within(wait_on_never(), 3600))
+        await waiting.wait()
         outer.cancel()
         with pytest.raises(asyncio.CancelledError):
             await outer
