@@ -295,6 +295,14 @@ def _rollouts(work: Path) -> list[tuple]:
             for t in read_trajectories(work / "rl" / "rollouts.jsonl")]
 
 
+def _demonstrations(work: Path) -> dict[tuple[str, int], str]:
+    """The BC demonstrations a run played, by (task, seed): the texts its tokenizer was trained on."""
+    from jaxwebrl.data.records import read_trajectories
+
+    return {(t.task_id, t.metadata["seed"]): "".join(u.observation + (u.action or "") for u in t.turns)
+            for t in read_trajectories(work / "demonstrations.jsonl")}
+
+
 def _weights_hash(path: Path) -> str:
     import hashlib
 
@@ -355,6 +363,12 @@ def test_same_seed_same_run_under_load_and_another_seed_differs(quick_run, tmp_p
             b.kill()
             b.wait()
     assert proc.returncode == 0, proc.stderr[-3000:]
+    demos, demos_again = _demonstrations(first), _demonstrations(again)
+    assert len(demos) == 16  # two tasks x bc.demonstration_seeds=8, none lost
+    assert demos_again == demos, (  # the tokenizer and BC start from these: say which differ, not 30 KB of ids
+        f"only in the first run: {sorted(set(demos) - set(demos_again))}; only again: "
+        f"{sorted(set(demos_again) - set(demos))}; differing: {sorted(k for k in demos if demos_again.get(k, demos[k]) != demos[k])}; "
+        f"timeouts {summary['timeouts']} / {json.loads((again / 'summary.json').read_text())['timeouts']}")
     rollouts = _rollouts(first)
     assert len(rollouts) >= int(cfg.rollout.group_size) and any(r[4] for r in rollouts)
     assert _rollouts(again) == rollouts

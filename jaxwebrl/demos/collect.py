@@ -41,6 +41,11 @@ class Demonstration:
     steps: list[StepRecord]
     success: bool
     error: str | None = None  # why the plan could not be played (no solver, element missing, action failed)
+    earlier_errors: tuple[str, ...] = ()  # why each earlier play of this (task, seed) failed (it was played again)
+
+    @property
+    def attempts(self) -> int:
+        return len(self.earlier_errors) + 1
 
 
 def answer_text(action: str, prompt_format: str, memory: str | None = None, conclusion: str | None = None,
@@ -174,12 +179,19 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
 async def collect_demonstrations(
     pool: BrowserPool, env_config: EnvConfig, tasks: Sequence[Any], seeds: Sequence[int], solver: Solver,
     prompt_format: str = "bid", concurrency: int = 4, on_done: Callable[[], None] | None = None,
-    only_successful: bool = True, rationale: bool = False,
+    only_successful: bool = True, rationale: bool = False, attempts: int = 3,
 ) -> list[Demonstration]:
     """Play every (task, seed) with the solver's plan, written in `env_config.action_space` and wrapped in
     `prompt_format`; returns the successful demonstrations (all of them, failures with their `error`, when
     `only_successful` is False). The format must read the env's grammar: a demonstration in another grammar
-    would contradict the system prompt it is trained under."""
+    would contradict the system prompt it is trained under.
+
+    A failed play is played again in a fresh context, up to `attempts` plays, unless the solver had no plan
+    for the goal (that answer does not change). A machine under load loses plays its quiet twin does not (a
+    page that does not load in time, a step or episode limit, a crashed browser); without the replay the
+    demonstrations, hence the tokenizer, BC and the whole run, would depend on the load."""
+    if attempts < 1:
+        raise ValueError(f"attempts={attempts}: a demonstration needs at least one play")
     fmt_space = get_format(prompt_format).action_space
     if fmt_space != env_config.action_space:
         raise ValueError(f"prompt format {prompt_format!r} asks for {fmt_space!r} actions but the env's "
@@ -187,13 +199,23 @@ async def collect_demonstrations(
                          "the prompt format of that action space")
     sem = asyncio.Semaphore(concurrency)
 
+    async def once(task: Any, seed: int) -> Demonstration:
+        try:  # a browser that dies under an episode must not hang the whole collection
+            return await asyncio.wait_for(play(task, seed), env_config.episode_timeout_s)
+        except asyncio.TimeoutError:
+            return Demonstration(task.task_id, seed, "", [], False,
+                                 f"timeout: the episode took over {env_config.episode_timeout_s:.0f} s")
+
     async def one(task: Any, seed: int) -> Demonstration:
         async with sem:
-            try:  # a browser that dies under an episode must not hang the whole collection
-                return await asyncio.wait_for(play(task, seed), env_config.episode_timeout_s)
-            except asyncio.TimeoutError:
-                return Demonstration(task.task_id, seed, "", [], False,
-                                     f"timeout: the episode took over {env_config.episode_timeout_s:.0f} s")
+            try:
+                earlier: list[str] = []
+                while True:
+                    demo = await once(task, seed)
+                    demo.earlier_errors = tuple(earlier)
+                    if demo.success or (demo.error or "").startswith("no plan") or demo.attempts == attempts:
+                        return demo
+                    earlier.append(demo.error or "the task's evaluation did not count it solved")
             finally:
                 if on_done is not None:
                     on_done()

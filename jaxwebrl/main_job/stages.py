@@ -105,7 +105,13 @@ async def _collect_demonstrations(run: RunConfig) -> list[Any]:
         if failed:
             log(f"{len(failed)} of {len(played)} demonstration episodes could not load their page (first: "
                 f"{failed[0].task_id} seed {failed[0].seed}: {failed[0].error[:200]}); they are left out")
-        timed_out = sum(bool(d.error and (d.error.startswith("timeout") or "Timeout" in d.error)) for d in played)
+        replayed = [d for d in played if d.earlier_errors]
+        if replayed:
+            log(f"{len(replayed)} demonstration episodes were played again after a failed play "
+                f"({sum(d.success for d in replayed)} then succeeded; first: {replayed[0].task_id} seed "
+                f"{replayed[0].seed}: {replayed[0].earlier_errors[0][:200]})")
+        errors = [e for d in played for e in (*d.earlier_errors, d.error) if e]
+        timed_out = sum(e.startswith("timeout") or "Timeout" in e for e in errors)
         (Path(run.workdir) / DEMONSTRATION_TIMEOUTS).write_text(json.dumps({"episode": timed_out}))
         return [d for d in played if d.success]
     finally:

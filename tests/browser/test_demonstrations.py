@@ -186,3 +186,51 @@ def test_rationale_names_each_target_as_its_page_line_does(runner, pool, miniwob
             assert [(a.name, a.args) for a in parsed] == [(a.name, a.args) for a in plain]
             named += 1
     assert named >= 8
+
+
+def test_a_play_lost_to_a_killed_browser_is_played_again(runner, miniwob):
+    """A load-independent demonstration set: the browser is SIGKILLed right after the first play of
+    click-button seed 3 loaded its page, so that play fails on its first action. With the default attempts
+    the pair is played again in a fresh context and the collection equals a clean one, every observation and
+    response text included (the tokenizer is trained on them); with attempts=1 the same kill loses it."""
+    from jaxwebrl.browser.pool import BrowserPool, PoolConfig
+
+    cfg = env_config("bid")
+    tasks = [miniwob.get_task(f"miniwob.{t}") for t in ("click-button", "enter-text")]
+
+    async def go(attempts: int) -> tuple[list, list, list[str]]:
+        async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=2), cfg) as pool:
+            clean = await collect_demonstrations(pool, cfg, tasks, [3], miniwob_plan, "bid", concurrency=1,
+                                                 only_successful=False)
+            kills: list[str] = []
+            new_env = pool.new_env
+
+            async def killing_env(*args, **kwargs):
+                env = await new_env(*args, **kwargs)
+                reset = env.reset
+
+                async def reset_then_kill(task, seed):
+                    obs = await reset(task, seed)
+                    if not kills and task.task_id == "miniwob.click-button":
+                        kills.append(task.task_id)
+                        await pool.kill_browser(0)
+                    return obs
+
+                env.reset = reset_then_kill
+                return env
+
+            pool.new_env = killing_env
+            again = await collect_demonstrations(pool, cfg, tasks, [3], miniwob_plan, "bid", concurrency=1,
+                                                 only_successful=False, attempts=attempts)
+            return clean, again, kills
+
+    clean, again, kills = runner.run(go(3), timeout=280)
+    assert kills == ["miniwob.click-button"]  # the kill happened, in the first play of that pair
+    assert [d.success for d in clean] == [True, True] and [d.attempts for d in clean] == [1, 1]
+    assert [d.attempts for d in again] == [2, 1] and len(again[0].earlier_errors) == 1, [d.earlier_errors for d in again]
+    assert [d.success for d in again] == [True, True]
+    assert demo_texts(again, AgentConfig()) == demo_texts(clean, AgentConfig())
+
+    _, once, kills = runner.run(go(1), timeout=280)
+    assert kills == ["miniwob.click-button"] and [d.success for d in once] == [False, True]
+    assert once[0].attempts == 1 and once[0].error
