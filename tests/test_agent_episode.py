@@ -187,7 +187,10 @@ def test_agent_timeout_is_the_policys_outcome_not_an_env_error(policy, suite):
     from jaxwebrl.browser import BrowserPool, PoolConfig
 
     cfg, params, tok = policy
-    env_cfg = dataclasses.replace(ENV, step_timeout_s=4.0, action_timeout_s=1.0)  # waits may use 2 s per step
+    # waits may use the step's 14 s less the 4.7 s kept for the browser (min(14 / 3, 2 x action_timeout_s)):
+    # the longest wait the grammar allows (10 s) is refused at once, not raced against the machine's load
+    # (a 4 s step limit, as before, leaves a loaded machine little room for the 500 ms waits' steps)
+    env_cfg = dataclasses.replace(ENV, step_timeout_s=14.0, action_timeout_s=3.0)
     agent = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=5, max_format_errors=10,
                         max_new_tokens=16, max_context_tokens=4096)
 
@@ -195,7 +198,7 @@ def test_agent_timeout_is_the_policys_outcome_not_an_env_error(policy, suite):
         async with BrowserPool(PoolConfig(num_browsers=1, contexts_per_browser=2), env_cfg) as pool:
             task = suite.get_task(suite.task_ids("train")[0])
             out = []
-            for wait_ms in (500, 3000):  # fits; does not fit in 4 s minus the 2 s kept for the browser
+            for wait_ms in (500, 10000):  # fits; does not fit in 14 s minus the 4.7 s kept for the browser
                 engine = ScriptedWaitEngine(tok, f"noop(wait_ms={wait_ms})")
                 env = await pool.new_env(env_cfg)
                 try:
