@@ -47,6 +47,7 @@ def get_config():
     c.rollout.replay_iterations = 4
     c.rollout.replay_power = 1.0
     c.rollout.replay_samples = 1500
+    c.rollout.replay_reuse = 2.0  # the paper's "times each sample is trained ~2" (epochs included), at any scale
     c.rollout.limit_navigate = 32
     c.rollout.limit_execute = 64
     c.rollout.limit_evaluate = 32

@@ -25,6 +25,7 @@ import pytest
 
 from jaxwebrl.config import apply_variants, parse_config, validate_config, with_changes
 from jaxwebrl.data.records import Trajectory, read_trajectories
+from jaxwebrl.rollout import replay_draw_count
 from recipe_fixtures import ScriptedPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,8 +129,12 @@ def test_webgym_repetition_filter_replay_difficulty_and_memory(tmp_path):
     # the repetition filter: slow_solve's scroll left the page as it was, so that step trains nothing
     assert m0["recipe/webgym_repetition/turns_in"] > m0["recipe/webgym_repetition/turns_out"] > 0
     assert m0["recipe/webgym_repetition/trajectories_out"] < m0["recipe/webgym_repetition/trajectories_in"]
-    # replay: the second iteration's batch draws from the first iteration too
-    assert m1["replay/from_earlier_iterations"] > 0 and m1["replay/samples"] >= run.rollout.replay_samples
+    # replay: the second iteration's batch draws from the first iteration too, as many as keep each sample's
+    # reuse at the paper's ~2 trainings (epochs included)
+    assert run.rollout.replay_reuse == 2.0 and m1["recipe/samples"] > 0
+    assert m1["replay/from_earlier_iterations"] > 0
+    assert m1["replay/samples"] == replay_draw_count(int(m1["recipe/samples"]), run.rollout.replay_samples,
+                                                     run.rollout.replay_reuse, run.train.epochs)
     # the difficulty ratio and the per-difficulty horizons
     played = collections.Counter(str(t.task_id) for t in rollouts)
     assert set(played) == {"miniwob.click-test", "miniwob.click-checkboxes", "miniwob.login-user"}

@@ -14,7 +14,7 @@ from envs import get_suite
 from jaxwebrl.agent import AgentConfig
 from jaxwebrl.browser import BrowserPool, PoolConfig
 from jaxwebrl.engines.jax_engine import JaxEngine
-from jaxwebrl.rollout import Collector, HorizonSchedule, ReplayBuffer, RolloutConfig, TaskSampler
+from jaxwebrl.rollout import Collector, HorizonSchedule, ReplayBuffer, RolloutConfig, TaskSampler, replay_draw_count
 
 AGENT = AgentConfig(strategy="compress_past", prompt_format="bid", max_steps=1, max_format_errors=100,
                     max_new_tokens=4, max_context_tokens=4096)
@@ -137,6 +137,34 @@ def test_task_sampler_ratio_horizon_and_replay():
     drawn = collections.Counter(buf.draw(5000))
     assert "old" not in drawn
     assert abs(drawn["new"] / 5000 - 0.8) < 0.03  # weights 1 : 1/4
+
+
+def _mean_draws_per_sample(new: int, requested: int, reuse: float, epochs: int, iterations: int = 60) -> float:
+    """Steady state of a 4-iteration, power-1 buffer fed `new` fresh samples an iteration: how often each sample
+    was drawn over its life (samples still in the buffer at the end are left out)."""
+    buf: ReplayBuffer[tuple[int, int]] = ReplayBuffer(max_iterations=4, power=1.0, seed=0)
+    drawn: collections.Counter = collections.Counter()
+    for it in range(iterations):
+        buf.add_iteration([(it, i) for i in range(new)])
+        drawn.update(buf.draw(replay_draw_count(new, requested, reuse, epochs)))
+    retired = [(it, i) for it in range(iterations - 4) for i in range(new)]
+    return sum(drawn[k] for k in retired) / len(retired)
+
+
+def test_replay_draw_keeps_each_samples_reuse_at_any_buffer_size():
+    """WebGym trains each sample ~2 times (epochs included); its draw of 1,200-1,800 an iteration assumes
+    about as many new samples. From 2 new samples a fixed draw of 64 trained each one 32 x epochs times in one
+    iteration (the SmolLM2 local run that learned click [4] everywhere); the cap draws reuse x new / epochs."""
+    assert replay_draw_count(2, 64, reuse=2.0, epochs=2) == 2
+    assert replay_draw_count(2, 64) == 64  # no cap: the fixed draw
+    assert replay_draw_count(0, 64, reuse=2.0, epochs=2) == 0  # nothing new: the old samples had their share
+    assert replay_draw_count(3, 64, reuse=2.0, epochs=4) == 2  # ceil(1.5)
+    assert replay_draw_count(3000, 1500, reuse=2.0, epochs=2) == 3000  # at least the new samples, as before
+    assert replay_draw_count(1000, 1500, reuse=3.0, epochs=2) == 1500  # the cap (1,500) allows the full draw
+    # over a sample's life in the buffer it is drawn reuse / epochs times on average, whatever the draw asked
+    assert _mean_draws_per_sample(new=2, requested=64, reuse=2.0, epochs=2) == pytest.approx(1.0, abs=0.2)
+    assert _mean_draws_per_sample(new=50, requested=1500, reuse=3.0, epochs=1) == pytest.approx(3.0, abs=0.1)
+    assert _mean_draws_per_sample(new=2, requested=64, reuse=0.0, epochs=2) == pytest.approx(32.0, abs=2.0)
 
 
 def test_task_sampler_learnability_follows_reward_variance():

@@ -58,7 +58,7 @@ from jaxwebrl.recipes.papers import get_recipe, run_samples
 from jaxwebrl.recipes.registry import accept_group, assign_rewards, episode_success
 from jaxwebrl.rollout.collector import CollectStats, Collector, Group, ScheduledGroup, is_env_error
 from jaxwebrl.rollout.suites import make_suite, split_tasks
-from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler
+from jaxwebrl.rollout.tasks import HorizonSchedule, ReplayBuffer, TaskSampler, replay_draw_count
 from jaxwebrl.train.hosts import host_local, host_path, host_seed
 from jaxwebrl.train.loop import Round
 from jaxwebrl.viewer import ViewerLog, episodes_from_trajectories, write_viewer
@@ -386,7 +386,8 @@ class OnlineRL:
             if self.deterministic:  # this round's draws from (seed, it), whatever a resumed run drew before
                 self.replay.reseed([host_seed(run.seed), it])
             self.replay.add_iteration([(it, s) for s in samples])
-            drawn = self.replay.draw(max(len(samples), run.rollout.replay_samples))
+            drawn = self.replay.draw(replay_draw_count(len(samples), run.rollout.replay_samples,
+                                                       run.rollout.replay_reuse, run.train.epochs))
             ages = [it - born for born, _ in drawn]
             samples = [s for _, s in drawn]
             metrics.update({"replay/samples": float(len(drawn)), "replay/mean_age": float(np.mean(ages)) if ages else 0.0,

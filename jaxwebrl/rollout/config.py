@@ -38,6 +38,9 @@ class RolloutConfig:
     replay_iterations: int = 0  # WebGym replay: keep the last N iterations' samples (0 = off)
     replay_power: float = 1.0  # recency weight (age + 1) ** -power
     replay_samples: int = 0  # samples drawn per update from the replay buffer (0 = as many as collected)
+    # times each sample trains on average over its life in the buffer, epochs included (WebGym's table: ~2);
+    # caps an iteration's draw at reuse x its new samples / epochs (0 = no cap; rollout.tasks.replay_draw_count)
+    replay_reuse: float = 0.0
 
     def __post_init__(self) -> None:
         one_of("mode", self.mode, MODES)
@@ -45,7 +48,7 @@ class RolloutConfig:
         for name in ("group_size", "max_concurrent_groups", "groups_per_iteration"):
             at_least(name, getattr(self, name), 1)
         for name in ("max_policy_lag", "max_groups_per_iteration", "replay_iterations", "replay_samples",
-                     *(f"limit_{op}" for op in OPERATIONS)):
+                     "replay_reuse", *(f"limit_{op}" for op in OPERATIONS)):
             at_least(name, getattr(self, name), 0)
         self.per_difficulty_steps()
         self.schedule_steps()

@@ -6,13 +6,15 @@
   give GRPO groups without reward variance, so their episodes teach nothing and are drawn less.
 - `HorizonSchedule`: max steps per difficulty (WebGym 10/20/30) and/or a schedule over iterations
   (OpenWebRL: 15 steps, later 30).
-- `ReplayBuffer`: the last N iterations' samples, drawn with recency weight (iteration age + 1) ** -power.
+- `ReplayBuffer`: the last N iterations' samples, drawn with recency weight (iteration age + 1) ** -power;
+  `replay_draw_count` sizes an iteration's draw so that each sample trains about as often as the paper's.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Any, Generic, Iterator, Sequence, TypeVar
 
 import numpy as np
@@ -138,3 +140,19 @@ class ReplayBuffer(Generic[T]):
             return []
         p = np.asarray(weights) / np.sum(weights)
         return [items[i] for i in self.rng.choice(len(items), size=n, p=p)]
+
+
+def replay_draw_count(new: int, requested: int, reuse: float = 0.0, epochs: int = 1) -> int:
+    """How many samples an iteration draws from the replay buffer: `requested` (at least the `new` samples it
+    collected), capped at `reuse * new / epochs` when `reuse` > 0.
+
+    Draws are with replacement and weighted by recency, so over its life a sample is drawn on average (draws per
+    iteration) / (new samples per iteration) times, and trained `epochs` times as often. WebGym sets the draw
+    (1,200-1,800 an iteration) where that comes to ~2 (its table: "times each sample is trained ~2"). A fixed
+    draw from a small buffer breaks that: 64 draws from 2 successes train each 32 x epochs times in one
+    iteration, enough to teach a pretrained policy their last action everywhere (RESULTS.md, WebGym from
+    SmolLM2). The cap keeps the paper's reuse at any scale; an iteration with no new samples draws none."""
+    n = max(new, requested)
+    if reuse > 0:
+        n = min(n, math.ceil(reuse * new / max(epochs, 1)))
+    return n
