@@ -111,13 +111,14 @@ async def evaluate_policies(run, policies: dict[str, str], eval_seeds: int, atte
 def main(argv: list[str]) -> None:
     del argv
     sys.path.insert(0, ROOT)
-    from jaxwebrl.config import parse_config
+    from jaxwebrl.config import apply_variants, command_line_fields, parse_config
     from jaxwebrl.data.records import read_trajectories
     from jaxwebrl.evaluation.evaluate import EvalReport
     from jaxwebrl.evaluation.report import demonstration_subsets, paired_table, success_table, write_report
     from jaxwebrl.judge_training.judge_loop import agreement_section, judge_rollouts, offline_matches_online
 
-    run = parse_config(_CONFIG.value)
+    # --config.local=true / --config.quick=true / --config.model.pretrained: the variant's agent and tasks
+    run = parse_config(apply_variants(_CONFIG.value, command_line_fields(sys.argv[1:])))
     out = Path(_OUT.value)
     (out / "evals").mkdir(parents=True, exist_ok=True)
     policies = _pairs(_POLICY.value, "policy")

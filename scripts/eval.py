@@ -42,11 +42,12 @@ def _as_hf(path: str) -> str:
 def main(argv: list[str]) -> None:
     del argv
     sys.path.insert(0, ROOT)
-    from jaxwebrl.config import parse_config
+    from jaxwebrl.config import apply_variants, command_line_fields, parse_config
     from jaxwebrl.evaluation.report import paired_table, success_table, write_report
     from jaxwebrl.main_job.stages import evaluate_checkpoints
 
-    cfg = _CONFIG.value
+    # --config.local=true / --config.quick=true / --config.model.pretrained evaluate as the variant's run played
+    cfg = apply_variants(_CONFIG.value, command_line_fields(sys.argv[1:]))
     if _SUITE.value:
         cfg.tasks.suite = _SUITE.value
     if _TASKS.value is not None:

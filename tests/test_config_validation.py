@@ -131,6 +131,17 @@ def test_quick_variant_keeps_fields_set_on_the_command_line():
     assert apply_variants(c).workdir == c.quick_overrides.workdir  # without explicit fields, quick's own
 
 
+def test_every_entry_point_taking_a_config_applies_its_variants():
+    """`--config.local=true`, `--config.quick=true` and `--config.model.pretrained` take effect only through
+    `apply_variants`; a script that parses the config without it silently runs the paper's full-scale config
+    (scripts/eval.py and compare_policies.py did, until the WebGym local evaluation of 2026-11-30)."""
+    takers = [p for d in ("scripts", "studies", "benchmarks", "jaxwebrl") for p in sorted((ROOT / d).rglob("*.py"))
+              if "DEFINE_config_file" in p.read_text()]
+    assert len(takers) >= 7, takers  # main, eval, compare_policies, nnetnav, train_judge and two studies
+    missing = [str(p.relative_to(ROOT)) for p in takers if "apply_variants(" not in p.read_text()]
+    assert not missing, f"parse the config through jaxwebrl.config.apply_variants: {missing}"
+
+
 def test_demonstrated_tasks_default_to_those_with_a_solver_and_bad_names_are_refused():
     from jaxwebrl.main_job.stages import demonstrated_task_ids
 
