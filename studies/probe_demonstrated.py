@@ -70,7 +70,8 @@ def collect(run: Any, seeds: int) -> list[Any]:
             async with BrowserPool(pool_cfg, env_cfg) as pool:
                 return await collect_demonstrations(pool, env_cfg, tasks, suite.seeds("test", seeds),
                                                     get_solvers(run.tasks.suite).plan, run.agent.prompt_format,
-                                                    concurrency=pool_cfg.capacity, rationale=run.bc.rationale)
+                                                    concurrency=pool_cfg.capacity, rationale=run.bc.rationale,
+                                                    rationale_form=run.bc.rationale_form)
         demos = asyncio.run(play())
     finally:
         suite.stop()

@@ -87,9 +87,14 @@ def relative_url(url: str, page_url: str | None) -> str:
     return urlunsplit(("", "", parts.path or "/", parts.query, parts.fragment))
 
 
+def shown_name(el: Element) -> str:
+    """The name an element's a11y line shows: its accessible name, or a text node's own text."""
+    return el.name if el.name or el.role != "StaticText" else el.text
+
+
 def element_head(el: Element, id_after_name: bool = False) -> str:
     """An element's id, role and name as its a11y line shows them (`[12] button 'No'`, or `button 'No' [12]`)."""
-    name = el.name if el.name or el.role != "StaticText" else el.text
+    name = shown_name(el)
     return f"{el.role} {name!r} [{el.id}]" if id_after_name else f"[{el.id}] {el.role} {name!r}"
 
 

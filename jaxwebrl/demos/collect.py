@@ -25,7 +25,7 @@ from jaxwebrl.agent.prompts import extract_tag, get_format
 from jaxwebrl.agent.render import PromptRenderer
 from jaxwebrl.browser.config import EnvConfig
 from jaxwebrl.browser.env import EnvError
-from jaxwebrl.browser.observation import element_head
+from jaxwebrl.browser.observation import element_head, shown_name
 from jaxwebrl.browser.pool import BrowserPool
 from jaxwebrl.data.records import Trajectory, Turn, TurnImage
 from jaxwebrl.demos.actions import Step, Written, resolve, write_step
@@ -86,12 +86,24 @@ def _describe(step: Step, elements: Sequence[Any]) -> str:
     return f"clicked {label}"
 
 
-def _rationale(step: Step | str, elements: Sequence[Any], env_config: EnvConfig) -> str | None:
-    """The step's target as the page text shows it (`button 'No' [12]` with `env.ids_after_names`): a
-    grounding step a policy can learn to write before the id, each token a copy from the goal or the page."""
+def rationale_text(step: Step | str, elements: Sequence[Any], env_config: EnvConfig, form: str = "element") -> str | None:
+    """The step's target as the page text shows it: a grounding step a policy can learn to write before the
+    id, each token a copy from the goal or the page. `form` "element" writes the whole head (`button 'No'
+    [12]` with `env.ids_after_names`); "name" only the name and the id (`'No' [12]`, a piece of the same
+    line), so the think starts with the goal's words instead of the role every candidate shares. An element
+    without a name keeps its role (`textbox '' [5]`)."""
     if isinstance(step, str) or not step.needs_element:
         return None
-    return element_head(resolve(step, elements), env_config.obs.ids_after_names)
+    el = resolve(step, elements)
+    head = element_head(el, env_config.obs.ids_after_names)
+    if form == "element":
+        return head
+    if form != "name":
+        raise ValueError(f"rationale form {form!r} is not 'element' or 'name'")
+    name = shown_name(el)
+    if not name:
+        return head
+    return f"{name!r} [{el.id}]" if env_config.obs.ids_after_names else f"[{el.id}] {name!r}"
 
 
 RETRIES = 3  # looks again at a page that has not caught up with the last action yet
@@ -117,11 +129,12 @@ async def settled(env: Any) -> None:
 
 
 async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: EnvConfig, prompt_format: str,
-                    rationale: bool = False) -> tuple[list[StepRecord], str | None]:
+                    rationale: bool = False, rationale_form: str = "element") -> tuple[list[StepRecord], str | None]:
     """Play `plan` in `env` from observation `obs`, writing each step in the env's action grammar against
     the live page and each response in `prompt_format`. Returns the step records and the first error (None
     when every action executed). A plain string in `plan` is an action text already in the grammar. With
-    `rationale`, each response on an element first names it as its a11y line does (`_rationale`)."""
+    `rationale`, each response on an element first names it as its a11y line does (`rationale_text` in
+    `rationale_form`)."""
     space = env_config.action_space
     records: list[StepRecord] = []
     feedback: str | None = None
@@ -144,7 +157,7 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
                 try:
                     written = Written([step]) if isinstance(step, str) else write_step(step, space, obs.elements, viewport)
                     done_line = step if isinstance(step, str) else _describe(step, obs.elements)
-                    why = _rationale(step, obs.elements, env_config) if rationale else None
+                    why = rationale_text(step, obs.elements, env_config, rationale_form) if rationale else None
                     break
                 except LookupError as exc:
                     if attempt == RETRIES:
@@ -179,7 +192,7 @@ async def play_plan(env: Any, obs: Any, plan: Sequence[Step | str], env_config: 
 async def collect_demonstrations(
     pool: BrowserPool, env_config: EnvConfig, tasks: Sequence[Any], seeds: Sequence[int], solver: Solver,
     prompt_format: str = "bid", concurrency: int = 4, on_done: Callable[[], None] | None = None,
-    only_successful: bool = True, rationale: bool = False, attempts: int = 3,
+    only_successful: bool = True, rationale: bool = False, attempts: int = 3, rationale_form: str = "element",
 ) -> list[Demonstration]:
     """Play every (task, seed) with the solver's plan, written in `env_config.action_space` and wrapped in
     `prompt_format`; returns the successful demonstrations (all of them, failures with their `error`, when
@@ -232,7 +245,7 @@ async def collect_demonstrations(
                 plan = solver(name, obs.goal, obs.elements)
             except (LookupError, KeyError) as exc:
                 return Demonstration(task.task_id, seed, obs.goal, [], False, f"no plan: {exc}")
-            steps, error = await play_plan(env, obs, plan, env_config, prompt_format, rationale)
+            steps, error = await play_plan(env, obs, plan, env_config, prompt_format, rationale, rationale_form)
             await settled(env)
             ev = await env.evaluate()
             return Demonstration(task.task_id, seed, obs.goal, steps, bool(ev.success) and error is None and bool(steps),

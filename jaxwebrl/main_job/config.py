@@ -58,6 +58,9 @@ class RLConfig:
         return self.replay_demonstrations > 0 or self.demonstration_share > 0
 
 
+RATIONALE_FORMS = ("element", "name")  # bc.rationale_form: what the think names (demos.collect.rationale_text)
+
+
 @dataclasses.dataclass(frozen=True)
 class BCConfig:
     enabled: bool = False
@@ -76,8 +79,13 @@ class BCConfig:
     # (`<think>button 'No' [12]</think>click('12')` with env.ids_after_names): the policy learns to name its
     # target before it writes the id.
     rationale: bool = False
+    # What the rationale writes: "element", the whole head as the page shows it (`button 'No' [12]`), or
+    # "name", only the name and the id (`'No' [12]`), so its first token is a copy from the goal, not the role
+    # every candidate of that kind shares.
+    rationale_form: str = "element"
 
     def __post_init__(self) -> None:
+        one_of("rationale_form", self.rationale_form, RATIONALE_FORMS)
         for name in ("demonstration_seeds", "vocab_size", "steps", "micro_batch"):
             at_least(name, getattr(self, name), 1)
         positive("lr", self.lr, "set a positive learning rate")

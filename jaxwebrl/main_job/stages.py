@@ -99,7 +99,8 @@ async def _collect_demonstrations(run: RunConfig) -> list[Any]:
         async with BrowserPool(pool_cfg, env_cfg) as pool:
             played = await collect_demonstrations(pool, env_cfg, train_tasks, seeds, solvers.plan, run.agent.prompt_format,
                                                   concurrency=pool_cfg.capacity, on_done=lambda: bar.update(1),
-                                                  only_successful=False, rationale=run.bc.rationale)
+                                                  only_successful=False, rationale=run.bc.rationale,
+                                                  rationale_form=run.bc.rationale_form)
         bar.close()
         failed = [d for d in played if d.error and d.error.startswith("reset failed")]
         if failed:

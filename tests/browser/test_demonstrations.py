@@ -160,18 +160,20 @@ def test_paper_configs_render_their_demonstrations(runner, pool, miniwob, sites,
         assert not isinstance(get_action_space(space).parse(text), ParseError), text
 
 
-@pytest.mark.parametrize("fmt", ["bid", "webagent_r1"])
-def test_rationale_names_each_target_as_its_page_line_does(runner, pool, miniwob, fmt):
+@pytest.mark.parametrize("fmt,form", [("bid", "element"), ("webagent_r1", "element"), ("bid", "name")])
+def test_rationale_names_each_target_as_its_page_line_does(runner, pool, miniwob, fmt, form):
     """bc.rationale: before each action on an element the demonstration writes that element's id, role and
     name exactly as the page text shows them (ids after names), so every token of it is a copy; the action
-    still parses to the same call, and the solver's episodes still succeed."""
+    still parses to the same call, and the solver's episodes still succeed. bc.rationale_form="name" writes
+    the name and id only (`'Okay' [3]`), still a piece of the page's line, and the role only for an element
+    without a name."""
     space = "webagent_r1" if fmt == "webagent_r1" else "bid"
     cfg = EnvConfig(action_space=space, obs=ObsConfig(text_mode="axtree", ids_after_names=True))
     tasks = [miniwob.get_task(f"miniwob.{t}") for t in ("click-button", "click-link", "click-checkboxes", "enter-text")]
     demos = runner.run(collect_demonstrations(pool, cfg, tasks, [3, 5], miniwob_plan, fmt, concurrency=8,
-                                              only_successful=False, rationale=True), timeout=280)
+                                              only_successful=False, rationale=True, rationale_form=form), timeout=280)
     assert len(demos) == 8 and all(d.success for d in demos), [(d.task_id, d.seed, d.error) for d in demos]
-    named = 0
+    named = with_role = 0
     for d in demos:
         for s in d.steps:
             why = extract_tag(s.response_text, "think")
@@ -180,12 +182,22 @@ def test_rationale_names_each_target_as_its_page_line_does(runner, pool, miniwob
             target = next(x for x in ids[0] if x)
             assert why and why.endswith(f"[{target}]"), (s.response_text, s.action)
             assert why in s.observation.text, (why, s.observation.text)  # a copy of the page's own line
+            line = next(ln.strip() for ln in s.observation.text.splitlines() if re.search(rf" \[{target}\](\s|$)", ln))
+            head = line.split(f" [{target}]")[0] + f" [{target}]"  # role, name, id: the line without its properties
+            assert why == head if form == "element" else head.endswith(why), (why, line)
+            with_role += why == head
             parsed = get_action_space(space).parse(s.response_text)
             assert not isinstance(parsed, ParseError), s.response_text
             plain = get_action_space(space).parse(s.response_text.replace(why, ""))
             assert [(a.name, a.args) for a in parsed] == [(a.name, a.args) for a in plain]
             named += 1
     assert named >= 8
+    if form == "element":
+        assert with_role == named
+    else:  # the named buttons, links and checkboxes start with their name; only enter-text's nameless box keeps its role
+        assert with_role < named and all(extract_tag(s.response_text, "think").startswith("'")
+                                         for d in demos if "enter-text" not in d.task_id for s in d.steps), \
+            [extract_tag(s.response_text, "think") for d in demos for s in d.steps]
 
 
 def test_a_play_lost_to_a_killed_browser_is_played_again(runner, miniwob):
