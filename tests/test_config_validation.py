@@ -168,6 +168,7 @@ def test_each_section_names_its_own_bad_field(tmp_path):
         ("agent", "strategy", "everything", r"config\.agent: .*everything"),
         ("loss", "kl_estimator", "k9", r"config\.loss: .*k9"),
         ("train", "epochs", 0, r"config\.train\.epochs: 0 must be >= 1"),
+        ("bc", "rationale_form", "role", r"config\.bc\.rationale_form: 'role' is not allowed; use one of \('element', 'name'\)"),
     ]
     for section, field, value, message in cases:
         c = _tiny(tmp_path)
