@@ -173,7 +173,7 @@ def test_rationale_names_each_target_as_its_page_line_does(runner, pool, miniwob
     demos = runner.run(collect_demonstrations(pool, cfg, tasks, [3, 5], miniwob_plan, fmt, concurrency=8,
                                               only_successful=False, rationale=True, rationale_form=form), timeout=280)
     assert len(demos) == 8 and all(d.success for d in demos), [(d.task_id, d.seed, d.error) for d in demos]
-    named = with_role = 0
+    named = with_role = role_off_enter_text = 0
     for d in demos:
         for s in d.steps:
             why = extract_tag(s.response_text, "think")
@@ -186,18 +186,19 @@ def test_rationale_names_each_target_as_its_page_line_does(runner, pool, miniwob
             head = line.split(f" [{target}]")[0] + f" [{target}]"  # role, name, id: the line without its properties
             assert why == head if form == "element" else head.endswith(why), (why, line)
             with_role += why == head
+            role_off_enter_text += why == head and "enter-text" not in d.task_id
             parsed = get_action_space(space).parse(s.response_text)
             assert not isinstance(parsed, ParseError), s.response_text
             plain = get_action_space(space).parse(s.response_text.replace(why, ""))
             assert [(a.name, a.args) for a in parsed] == [(a.name, a.args) for a in plain]
             named += 1
     assert named >= 8
-    if form == "element":
-        assert with_role == named
-    else:  # the named buttons, links and checkboxes start with their name; only enter-text's nameless box keeps its role
-        assert with_role < named and all(extract_tag(s.response_text, "think").startswith("'")
-                                         for d in demos if "enter-text" not in d.task_id for s in d.steps), \
-            [extract_tag(s.response_text, "think") for d in demos for s in d.steps]
+    thinks = [extract_tag(s.response_text, "think") for d in demos for s in d.steps]
+    # element form: every think is the whole head. name form: the named buttons, links and checkboxes start with
+    # their name, and only enter-text's nameless box keeps its role.
+    assert (with_role == named) is (form == "element"), thinks
+    assert (role_off_enter_text == 0) is (form == "name"), thinks
+    assert sum(t.startswith("'") for t in thinks) == named - with_role, thinks
 
 
 def test_a_play_lost_to_a_killed_browser_is_played_again(runner, miniwob):
