@@ -2,7 +2,10 @@
 
 `scripts/results_tables.py` builds the README's and RESULTS.md's tables from these records, so each figure
 names the run that produced it; the load average at start and end says whether the machine was shared (a
-deterministic run's outcome does not depend on it, its wall time does).
+deterministic run's outcome does not depend on it, its wall time does). The CPU model, the instruction-set
+extensions XLA:CPU compiles for, and the jax / jaxlib versions say which runs can be bit-identical at all: the
+deterministic schedule holds on one machine kind and build, and the same config, seed and data on another CPU
+kind rounded differently (RESULTS.md, "Same seed, same run").
 """
 
 from __future__ import annotations
@@ -40,14 +43,45 @@ def load_average() -> list[float]:
         return []
 
 
+# Instruction-set extensions that change what XLA:CPU and its matmul libraries compile to (x86 `flags`, Arm
+# `Features` in /proc/cpuinfo), and with it the order of a float reduction.
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile",
+             "asimd", "sve", "sve2", "bf16", "i8mm")
+
+
+def cpu_from_cpuinfo(text: str) -> dict[str, Any]:
+    """The CPU model and its ISA_FLAGS from /proc/cpuinfo's text (first processor; x86 or Arm fields)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough: all cores of a VM are one kind
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name") or fields.get("Model name") or fields.get("CPU part", "")
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return {"model": model, "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
+def cpu() -> dict[str, Any]:
+    """This machine's CPU (`cpu_from_cpuinfo`; where there is no /proc/cpuinfo, `platform.processor()`)."""
+    try:
+        return cpu_from_cpuinfo(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return {"model": platform.processor(), "isa": []}
+
+
 def run_start() -> dict[str, Any]:
     """The provenance of a run starting now; `run_end` adds the end."""
     import jax
+    import jaxlib
 
     return {**git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
             "machine": {"host": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                        "jax": jax.__version__, "devices": [d.device_kind for d in jax.devices()]},
+                        "cpu": cpu(), "jax": jax.__version__,
+                        "jaxlib": jaxlib.__version__, "devices": [d.device_kind for d in jax.devices()]},
             "load_start": load_average()}
 
 
