@@ -4,8 +4,9 @@
 names the run that produced it; the load average at start and end says whether the machine was shared (a
 deterministic run's outcome does not depend on it, its wall time does). The CPU model, the instruction-set
 extensions XLA:CPU compiles for, and the jax / jaxlib versions say which runs can be bit-identical at all: the
-deterministic schedule holds on one machine kind and build, and the same config, seed and data on another VM
-rounded differently, for want of these fields for a cause not known (RESULTS.md, "Same seed, same run").
+deterministic schedule holds on one machine kind and build; the same config, seed and data rounded differently
+on another VM, whose CPU and builds were not recorded, so the cause is not known (RESULTS.md, "Same seed,
+same run").
 """
 
 from __future__ import annotations
