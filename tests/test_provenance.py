@@ -7,7 +7,6 @@ import jax
 import jaxlib
 
 from jaxwebrl.evaluation import provenance
-from jaxwebrl.evaluation.report import _machine
 
 INTEL = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -40,7 +39,7 @@ def test_run_start_records_this_machines_cpu_and_builds_and_the_report_names_the
     machine = provenance.run_start()["machine"]
     assert machine["jax"] == jax.__version__ and machine["jaxlib"] == jaxlib.__version__
     assert machine["cpu"]["model"] and set(machine["cpu"]["isa"]) <= set(provenance.ISA_FLAGS)
-    line = _machine(machine)
+    line = provenance.machine_line(machine)
     assert line.startswith(f"{machine['cpus']} CPUs ({machine['cpu']['model']}; ")
     assert line.endswith(f"jax {jax.__version__} / jaxlib {jaxlib.__version__}")
-    assert _machine({"cpus": 2}) == "2 CPUs"  # a summary written before the CPU was recorded
+    assert provenance.machine_line({"cpus": 2}) == "2 CPUs"  # a summary written before the CPU was recorded

@@ -52,15 +52,12 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni
 
 def cpu_from_cpuinfo(text: str) -> dict[str, Any]:
     """The CPU model and its ISA_FLAGS from /proc/cpuinfo's text (first processor; x86 or Arm fields)."""
+    first = text.strip().split("\n\n")[0]  # all cores of a VM are one kind: the first block is enough
     fields: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            if fields:
-                break  # the first processor's block is enough: all cores of a VM are one kind
-            continue
+    for line in first.splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    model = fields.get("model name") or fields.get("Model name") or fields.get("CPU part", "")
+    model = fields.get("model name") or fields.get("CPU part", "")
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
     return {"model": model, "isa": [f for f in ISA_FLAGS if f in flags]}
 
@@ -71,6 +68,18 @@ def cpu() -> dict[str, Any]:
         return cpu_from_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
         return {"model": platform.processor(), "isa": []}
+
+
+def machine_line(machine: dict[str, Any]) -> str:
+    """'2 CPUs (AMD EPYC; avx2, fma), jax 0.10.2 / jaxlib 0.10.2': a summary's `machine` as report.md prints it
+    (a summary written before `cpu` was recorded gives '2 CPUs, jax ...')."""
+    out = f"{machine.get('cpus')} CPUs"
+    if machine.get("cpu"):
+        cpu = machine["cpu"]
+        out += f" ({cpu.get('model') or 'model unknown'}; {', '.join(cpu.get('isa', [])) or 'no listed ISA extensions'})"
+    if machine.get("jax"):
+        out += f", jax {machine['jax']}" + (f" / jaxlib {machine['jaxlib']}" if machine.get("jaxlib") else "")
+    return out
 
 
 def run_start() -> dict[str, Any]:

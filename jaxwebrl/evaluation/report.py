@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from jaxwebrl.evaluation.evaluate import EvalReport, paired_difference  # noqa: E402
+from jaxwebrl.evaluation.provenance import machine_line  # noqa: E402
 from jaxwebrl.evaluation.rl_signal import SIGNAL_NOTE, read_signal, signal_table  # noqa: E402
 
 
@@ -229,18 +230,6 @@ def timeouts_line(timeouts: Mapping[str, Mapping[str, int]]) -> str:
     return "; ".join(parts) if parts else "none"
 
 
-def _machine(machine: Mapping[str, Any]) -> str:
-    """'2 CPUs (AMD EPYC; avx2, fma), jax 0.10.2 / jaxlib 0.10.2': what decides whether another run can be
-    bit-identical to this one (evaluation.provenance)."""
-    out = f"{machine.get('cpus')} CPUs"
-    if machine.get("cpu"):
-        cpu = machine["cpu"]
-        out += f" ({cpu.get('model') or 'model unknown'}; {', '.join(cpu.get('isa', [])) or 'no listed ISA extensions'})"
-    if machine.get("jax"):
-        out += f", jax {machine['jax']}" + (f" / jaxlib {machine['jaxlib']}" if machine.get("jaxlib") else "")
-    return out
-
-
 def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], history: Sequence[Mapping[str, Any]],
                      seconds: Mapping[str, float], final_policy: str, demo_file: Path | None,
                      held_out: Mapping[str, EvalReport] | None = None, summary: Mapping[str, Any] | None = None,
@@ -273,7 +262,7 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
         prov = summary.get("provenance", {})
         sections["Run"] += (f" Commit {prov.get('commit', '?')}{' (with local changes)' if prov.get('dirty') else ''}, "
                             f"{prov.get('date', '?')}, `{prov.get('command', '?')}`; load average at start "
-                            f"{prov.get('load_start')}, at end {prov.get('load_end')} on {_machine(prov.get('machine', {}))}. "
+                            f"{prov.get('load_start')}, at end {prov.get('load_end')} on {machine_line(prov.get('machine', {}))}. "
                             f"Safety-limit timeouts that fired: {timeouts_line(summary.get('timeouts', {}))}.")
     subsets = demonstration_subsets(demo_file, reports) if demo_file is not None else None
     if subsets:
