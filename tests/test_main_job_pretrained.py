@@ -126,6 +126,12 @@ def test_quick_main_job_from_smollm2(smollm2, tmp_path):
     assert f"| task | {BASE_POLICY} | BC | RL |" in report and f"BC - {BASE_POLICY}" in report
     assert "## Held-out tasks" in report and f"miniwob.{run.report.held_out_tasks}" in report
     assert {"demonstrations", "bc", "rl", "eval", "eval_held_out"} <= set(summary["stage_s"])
+    # which bits it started from: the conversion record of the cached checkpoint, named in the report
+    from jaxwebrl.models.pretrained import conversion_record
+
+    sha = conversion_record(smollm2["hf"])["weights_sha256"]
+    assert summary["provenance"]["base_model"]["weights_sha256"] == sha
+    assert f"base model smollm2 (weights sha256 {sha[:12]}, converted by gguf " in report
 
 
 @pytest.mark.parametrize("paper", ["grpo_openwebrl", "grpo_tpu", "reinforce_webgym", "rft_browseragent"])

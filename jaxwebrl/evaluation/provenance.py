@@ -6,7 +6,8 @@ deterministic run's outcome does not depend on it, its wall time does). The CPU 
 extensions XLA:CPU compiles for, and the jax / jaxlib versions say which runs can be bit-identical at all: the
 deterministic schedule holds on one machine kind and build; the same config, seed and data rounded differently
 on another VM, whose CPU and builds were not recorded, so the cause is not known (RESULTS.md, "Same seed,
-same run").
+same run"). A run from a pretrained model also records the sha256 of the converted weights it started from
+(`base_model`, from the conversion record `jaxwebrl.models.pretrained` keeps beside them).
 """
 
 from __future__ import annotations
@@ -80,6 +81,15 @@ def machine_line(machine: dict[str, Any]) -> str:
     if machine.get("jax"):
         out += f", jax {machine['jax']}" + (f" / jaxlib {machine['jaxlib']}" if machine.get("jaxlib") else "")
     return out
+
+
+def base_model_line(base: dict[str, Any]) -> str:
+    """'base model smollm2 (weights sha256 a672150fb4f9, converted by gguf 0.19.0, numpy 2.4.6)': the
+    pretrained checkpoint a summary's `base_model` names, from its conversion record."""
+    if not base.get("weights_sha256"):
+        return f"base model {base.get('name', '?')} (no conversion record)"
+    tools = ", ".join(f"{k} {v}" for k, v in base.get("converter", {}).items())
+    return f"base model {base.get('name', '?')} (weights sha256 {base['weights_sha256'][:12]}, converted by {tools})"
 
 
 def run_start() -> dict[str, Any]:

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from jaxwebrl.evaluation.evaluate import EvalReport, paired_difference  # noqa: E402
-from jaxwebrl.evaluation.provenance import machine_line  # noqa: E402
+from jaxwebrl.evaluation.provenance import base_model_line, machine_line  # noqa: E402
 from jaxwebrl.evaluation.rl_signal import SIGNAL_NOTE, read_signal, signal_table  # noqa: E402
 
 
@@ -262,7 +262,8 @@ def write_run_report(run: Any, work: Path, reports: Mapping[str, EvalReport], hi
         prov = summary.get("provenance", {})
         sections["Run"] += (f" Commit {prov.get('commit', '?')}{' (with local changes)' if prov.get('dirty') else ''}, "
                             f"{prov.get('date', '?')}, `{prov.get('command', '?')}`; load average at start "
-                            f"{prov.get('load_start')}, at end {prov.get('load_end')} on {machine_line(prov.get('machine', {}))}. "
+                            f"{prov.get('load_start')}, at end {prov.get('load_end')} on {machine_line(prov.get('machine', {}))}"
+                            f"{'; ' + base_model_line(prov['base_model']) if prov.get('base_model') else ''}. "
                             f"Safety-limit timeouts that fired: {timeouts_line(summary.get('timeouts', {}))}.")
     subsets = demonstration_subsets(demo_file, reports) if demo_file is not None else None
     if subsets:

