@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
@@ -123,24 +122,6 @@ def write_report(
 
 
 # ---- the main job's report ---------------------------------------------------------------------------
-
-
-class StageClock:
-    """Seconds spent per stage, summed over every process that worked on this run directory, so a resumed
-    run reports its whole wall time (kept in <workdir>/stage_seconds.json)."""
-
-    def __init__(self, work: Path):
-        self.path = work / "stage_seconds.json"
-        self.seconds: dict[str, float] = json.loads(self.path.read_text()) if self.path.exists() else {}
-        self._t = time.time()
-
-    def lap(self, stage: str) -> float:
-        """Adds the time since the last lap to `stage`; returns the stage's total."""
-        now = time.time()
-        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._t
-        self._t = now
-        self.path.write_text(json.dumps(self.seconds))
-        return self.seconds[stage]
 
 
 def transformers_check(path: str) -> str:

@@ -33,9 +33,10 @@ from jaxwebrl.data.records import write_jsonl
 from jaxwebrl.demos.collect import collect_demonstrations, demo_texts, render_demonstrations
 from jaxwebrl.evaluation import provenance
 from jaxwebrl.evaluation.evaluate import EvalReport, evaluate
-from jaxwebrl.evaluation.report import StageClock, write_run_report
+from jaxwebrl.evaluation.report import write_run_report
 from jaxwebrl.fields import with_changes
 from jaxwebrl.main_job.online import ROLLOUTS, OnlineRL, run_engine_config
+from jaxwebrl.main_job.stage_clock import StageClock
 from jaxwebrl.main_job.vl_bc import init_vl_policy, vl_demonstration_batches
 from jaxwebrl.models import export_hf, init_params
 from jaxwebrl.models.tokenizer import train_tokenizer
@@ -132,7 +133,7 @@ def initial_policy_dir(run: RunConfig) -> Path:
 
 def behaviour_cloning(run: RunConfig, clock: StageClock | None = None) -> str:
     """Demonstrations -> tokenizer -> initial model (or the pretrained one) -> SFT. Returns the BC policy's HF
-    directory. `clock` gets a "demonstrations" lap once they are collected."""
+    directory. `clock` times the demonstrations' collection as its own stage."""
     work = Path(run.workdir)
     init_dir, bc_dir, demo_file = initial_policy_dir(run), work / "bc", work / DEMONSTRATIONS_FILE
     final = bc_dir / "hf"
@@ -140,6 +141,8 @@ def behaviour_cloning(run: RunConfig, clock: StageClock | None = None) -> str:
         log(f"BC policy found at {final}; skipping behaviour cloning")
         return str(final)
     if not demo_file.exists() or not (init_dir / "config.json").exists():
+        if clock is not None:
+            clock.now_in("demonstrations")
         t0 = time.time()
         demos = asyncio.run(_collect_demonstrations(run))
         if not demos:
@@ -161,6 +164,7 @@ def behaviour_cloning(run: RunConfig, clock: StageClock | None = None) -> str:
             f"{int(np.median(lengths))}, max {max(lengths)}")
         if clock is not None:
             clock.lap("demonstrations")
+            clock.now_in("bc")
     seq_len = run.bc.seq_len or run.train.seq_len
     if not run.model.vision:
         source = trajectory_files_dataset([str(demo_file)], run.data.per, "token_mean", run.bc.context_loss_weight)
@@ -321,9 +325,16 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
         started["base_model"] = {"name": run.model.pretrained, **conversion_record(initial_policy_dir(run))}
     if run.report.enabled:
         check_held_out_tasks(run)
-    clock = StageClock(work)
+    with StageClock(work) as clock:
+        return _run_stages(run, work, started, clock)
+
+
+def _run_stages(run: RunConfig, work: Path, started: dict[str, Any], clock: StageClock) -> dict[str, Any]:
+    """`run_main_job`'s stages, each timed by `clock` while it runs."""
+    clock.now_in("bc")
     start = behaviour_cloning(run, clock) if run.bc.enabled else None
     t_bc = clock.lap("bc")
+    clock.now_in("rl")
     if run.rl.iterations == 0 and start:  # an SFT paper config's local variant: BC is the whole training
         final, history = start, []
     else:
@@ -341,11 +352,13 @@ def run_main_job(run: RunConfig) -> dict[str, Any]:
             policies = {BASE_POLICY: run.model.path, "RL": final}
         if not history and start:
             del policies["RL"]
+        clock.now_in("eval")
         reports = asyncio.run(evaluate_checkpoints(run, policies, run.report.eval_seeds))
         summary["eval"] = {k: r.to_dict() for k, r in reports.items()}
         save_episodes(work / "episodes", reports)
         clock.lap("eval")
         if run.report.held_out_task_names:
+            clock.now_in("eval_held_out")
             held_out = asyncio.run(evaluate_checkpoints(held_out_task_run(run), policies, run.report.eval_seeds))
             summary["held_out_eval"] = {k: r.to_dict() for k, r in held_out.items()}
             save_episodes(work / "episodes" / "held_out_tasks", held_out)
