@@ -80,11 +80,13 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def _sha256(path: Path) -> str:
+def _sha256(*paths: Path) -> str:
+    """sha256 over the files' bytes, one after the other in the order given."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    for path in paths:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
     return h.hexdigest()
 
 
@@ -148,12 +150,7 @@ CONVERSION_RECORD = "conversion.json"
 
 def weights_sha256(hf_dir: Path) -> str:
     """sha256 over a checkpoint's safetensors files, in name order (one file or several shards)."""
-    h = hashlib.sha256()
-    for f in sorted(hf_dir.glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
+    return _sha256(*sorted(hf_dir.glob("*.safetensors")))
 
 
 def write_conversion_record(spec: RegistryGGUF, hf_dir: Path) -> dict[str, object]:
